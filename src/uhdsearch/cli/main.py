@@ -1,0 +1,213 @@
+"""uhdsearch command line: each command parses, calls one library function, prints.
+
+Results go to stdout, progress and logs to stderr; a user error prints one line and exits 2.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="UHD-BERT sparse retrieval: train, index, search, evaluate.")
+_state = {"debug": False}
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks."),
+          quiet: bool = typer.Option(False, "--quiet", help="Only warnings and errors on stderr.")) -> None:
+    _state["debug"] = debug
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+def _layers(text: Optional[str]) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip()) if text else (-1,)
+    except ValueError:
+        raise ValueError(f"--bucket-layers {text!r} must be comma-separated integers, e.g. 2,4,6") from None
+
+
+def _weights(text: Optional[str]) -> Optional[tuple[float, ...]]:
+    try:
+        return tuple(float(x) for x in text.split(",")) if text else None
+    except ValueError:
+        raise ValueError(f"--bucket-weights {text!r} must be comma-separated numbers, e.g. 1,0.5,1") from None
+
+
+@app.command()
+def quickstart(
+    out: Path = typer.Option(Path("out/quickstart"), "--out", help="Directory for results.json, model, indexes, runs."),
+    data: Optional[Path] = typer.Option(None, "--data", help="BEIR-layout collection (default: bundled SciFact)."),
+    split: str = typer.Option("test", "--split", help="qrels split to evaluate on."),
+    fast: bool = typer.Option(False, "--fast", help="Smoke run in under 3 minutes (small corpus and model)."),
+    backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace earlier results in --out."),
+) -> None:
+    """Train a UHD model, index the collection, and compare UHD, BM25 and dense retrieval."""
+    from uhdsearch.quickstart import run_quickstart
+
+    run_quickstart(out, data_dir=data, split=split, fast=fast, backbone=backbone, overwrite=overwrite)
+
+
+@app.command()
+def train(
+    data: Path = typer.Option(..., "--data", help="BEIR-layout collection to train on."),
+    out: Path = typer.Option(..., "--out", help="Model directory to write."),
+    split: Optional[str] = typer.Option("train", "--split", help="qrels split with training pairs ('' = ICT only)."),
+    backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
+    dim: int = typer.Option(32_768, "--dim"),
+    wta_k: int = typer.Option(80, "--wta-k"),
+    query_k: int = typer.Option(100, "--query-k", help="0 keeps every active query dimension."),
+    bucket_layers: Optional[str] = typer.Option(None, "--bucket-layers", help="e.g. 2,4,6 (default: last layer)."),
+    bucket_weights: Optional[str] = typer.Option(None, "--bucket-weights"),
+    document_max_length: int = typer.Option(256, "--document-max-length"),
+    epochs: float = typer.Option(1.0, "--epochs"),
+    learning_rate: float = typer.Option(1e-4, "--learning-rate"),
+    ict_per_document: int = typer.Option(2, "--ict-per-document", help="Inverse Cloze Task pairs per passage."),
+    distill_weight: float = typer.Option(0.0, "--distill-weight"),
+    max_minutes: float = typer.Option(60.0, "--max-minutes"),
+    overwrite: bool = typer.Option(False, "--overwrite"),
+) -> None:
+    """Train a UHD encoder (frozen backbone, WTA heads) on qrels pairs and ICT pairs."""
+    from uhdsearch.encoder.backbone import Backbone
+    from uhdsearch.encoder.config import EncoderConfig
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.evaluation.datasets import load_beir
+    from uhdsearch.quickstart import Recipe, _load_train_split, train_on_collection
+
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
+    config = EncoderConfig(dim=dim, wta_k=wta_k, query_k=query_k or None, bucket_layers=_layers(bucket_layers),
+                           bucket_weights=_weights(bucket_weights), document_max_length=document_max_length)
+    recipe = Recipe(dim=dim, wta_k=wta_k, query_k=query_k or None, bucket_layers=config.bucket_layers,
+                    bucket_weights=config.bucket_weights, document_max_length=document_max_length,
+                    ict_per_document=ict_per_document, use_train_qrels=bool(split), epochs=epochs,
+                    learning_rate=learning_rate, distill_weight=distill_weight, max_train_minutes=max_minutes)
+    corpus = load_beir(data, split).corpus if split else _corpus_only(data)
+    model = UHDEncoder(Backbone.from_pretrained(backbone), config)
+    result, n_pairs = train_on_collection(model, list(corpus.values()), _load_train_split(data, split or None), recipe)
+    model.save_pretrained(out, overwrite=overwrite)
+    typer.echo(json.dumps({"model": str(out), "pairs": n_pairs, "steps": result.steps,
+                           "seconds": round(result.seconds, 1)}))
+
+
+def _corpus_only(data: Path):
+    from uhdsearch.evaluation.datasets import load_corpus
+
+    return load_corpus(data / "corpus.jsonl")
+
+
+@app.command()
+def index(
+    model: Path = typer.Option(..., "--model", help="Model directory (uhdsearch train or quickstart)."),
+    data: Path = typer.Option(..., "--data", help="BEIR-layout directory or a corpus.jsonl file."),
+    out: Path = typer.Option(..., "--out", help="Index directory to write."),
+    variant: str = typer.Option("binary", "--variant", help="binary or weighted."),
+    batch_size: int = typer.Option(32, "--batch-size"),
+    overwrite: bool = typer.Option(False, "--overwrite"),
+) -> None:
+    """Encode a corpus and write a binarized (or weighted) inverted index."""
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.evaluation.datasets import load_corpus
+    from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
+
+    if variant not in ("binary", "weighted"):
+        raise ValueError(f"--variant {variant!r}; choose binary or weighted")
+    corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
+    encoder = UHDEncoder.from_pretrained(model)
+    klass = BinaryIndex if variant == "binary" else WeightedIndex
+    built = klass.build(encoder, corpus, out, batch_size=batch_size, overwrite=overwrite)
+    typer.echo(json.dumps({"index": str(out), "variant": variant, "n_documents": built.n_documents,
+                           "n_postings": built.n_postings()}))
+
+
+@app.command()
+def search(
+    model: Path = typer.Option(..., "--model"),
+    index_dir: Path = typer.Option(..., "--index"),
+    queries: Optional[Path] = typer.Option(None, "--queries", help="queries.jsonl ({_id, text} per line)."),
+    query: Optional[str] = typer.Option(None, "--query", help="One query text (id 'q1')."),
+    k: int = typer.Option(10, "--k", help="Results per query."),
+    scoring: Optional[str] = typer.Option(None, "--scoring", help="binary or weighted (default: the index's)."),
+    query_k: Optional[int] = typer.Option(None, "--query-k", help="Override the model's query_k (0 = keep all)."),
+    wta_k: Optional[int] = typer.Option(None, "--wta-k", help="Override winners per token at inference."),
+    rerank: Optional[Path] = typer.Option(None, "--rerank", help="TREC run whose candidates to re-rank."),
+) -> None:
+    """Search an index; writes a TREC run to stdout."""
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.evaluation.datasets import load_queries
+    from uhdsearch.evaluation.runs import format_run
+    from uhdsearch.index.inverted import InvertedIndex
+    from uhdsearch.search.searcher import Searcher
+    from uhdsearch.types import Query, Run
+
+    if (queries is None) == (query is None):
+        raise ValueError("give exactly one of --queries FILE or --query TEXT")
+    if k <= 0:
+        raise ValueError(f"--k {k} must be a positive integer")
+    if scoring not in (None, "binary", "weighted"):
+        raise ValueError(f"--scoring {scoring!r}; choose binary or weighted")
+    overrides = {}
+    if wta_k is not None:
+        overrides["wta_k"] = wta_k
+    if query_k is not None:
+        overrides["query_k"] = query_k or None
+    encoder = UHDEncoder.from_pretrained(model, **overrides)
+    searcher = Searcher(encoder, InvertedIndex.load(index_dir), scoring=scoring)
+    items = list(load_queries(queries).values()) if queries is not None else [Query("q1", query)]
+    run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
+    sys.stdout.write(format_run(run))
+
+
+@app.command()
+def evaluate(
+    run: Path = typer.Option(..., "--run", help="TREC run file."),
+    qrels: Path = typer.Option(..., "--qrels", help="qrels (BEIR TSV or TREC)."),
+    measures: str = typer.Option("nDCG@10,RR@10,R@100,R@1000", "--measures"),
+) -> None:
+    """Score a TREC run against qrels with ir_measures; prints JSON."""
+    from uhdsearch.evaluation.metrics import evaluate as evaluate_run
+    from uhdsearch.evaluation.qrels import load_qrels
+    from uhdsearch.evaluation.runs import load_run
+
+    names = [m.strip() for m in measures.split(",") if m.strip()]
+    scores = evaluate_run(load_run(run), load_qrels(qrels), names)
+    typer.echo(json.dumps({m: round(v, 4) for m, v in scores.items()}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turning user errors into one line on stderr and exit code 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except Exception as exc:  # noqa: BLE001 - the CLI's one boundary for user errors
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            typer.echo("aborted", err=True)
+            return 130
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return 2
+        if _state["debug"]:
+            raise
+        typer.echo(f"error: {_one_line(exc)}", err=True)
+        return 2
+    return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, KeyError):
+        text = f"missing key {text}"
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

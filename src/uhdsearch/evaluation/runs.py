@@ -1,0 +1,129 @@
+"""Read and write TREC run files (``qid Q0 docid rank score name``). Nothing else parses them."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+from uhdsearch.errors import DataFormatError
+from uhdsearch.io import atomic_write_text
+from uhdsearch.types import Run, ScoredDoc
+
+logger = logging.getLogger(__name__)
+
+
+def save_run(run: Run, path: str | os.PathLike, name: str | None = None) -> None:
+    """Write a run as a TREC run file, atomically.
+
+    Each line is ``query_id Q0 doc_id rank score name`` with rank counted from 1 in the order the run
+    holds the hits, and the score written with ``repr`` so that it reads back as the same float.
+    Queries with no hits write no lines.
+
+    Args:
+        run: The run to write.
+        path: File to write; replaced if it exists.
+        name: The run tag of the last column; defaults to ``run.name``.
+
+    Raises:
+        ValueError: the name or an id is empty or contains whitespace (the file could not be read back),
+            or a score is NaN or infinite.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "bm25.trec"
+        >>> save_run(Run({"q1": [ScoredDoc("d7", 2.5), ScoredDoc("d3", 1.0)]}), p, name="bm25")
+        >>> print(p.read_text(), end="")
+        q1 Q0 d7 1 2.5 bm25
+        q1 Q0 d3 2 1.0 bm25
+    """
+    text = format_run(run, name)
+    atomic_write_text(path, text)
+    logger.debug("wrote %d lines for %d queries to %s", text.count("\n"), len(run.results), path)
+
+
+def format_run(run: Run, name: str | None = None) -> str:
+    """The TREC run text of `run` (what save_run writes); raises like save_run."""
+    tag = run.name if name is None else name
+    _check_token(tag, "run name")
+    lines = []
+    for query_id, hits in run.results.items():
+        _check_token(query_id, "query_id")
+        for rank, hit in enumerate(hits, start=1):
+            _check_token(hit.doc_id, "doc_id")
+            score = float(hit.score)
+            if not math.isfinite(score):
+                raise ValueError(f"query {query_id!r}, doc {hit.doc_id!r}: score {score} is not finite")
+            lines.append(f"{query_id} Q0 {hit.doc_id} {rank} {score!r} {tag}\n")
+    return "".join(lines)
+
+
+def load_run(path: str | os.PathLike) -> Run:
+    """Read a TREC run file.
+
+    Each query's hits are sorted by score descending, then doc_id ascending, whatever the rank column
+    says (as trec_eval also ignores it). The run name is taken from the first line.
+
+    Args:
+        path: File to read. Blank lines are skipped.
+
+    Returns:
+        The Run, queries in order of first appearance.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        DataFormatError: a line does not have 6 columns, its rank is not an integer, its score is not
+            a finite number, or it repeats a (query_id, doc_id) pair; the message names file and line.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "bm25.trec"
+        >>> _ = p.write_text("q1 Q0 d3 2 1.0 bm25\\nq1 Q0 d7 1 2.5 bm25\\n")
+        >>> load_run(p).doc_ids("q1")
+        ['d7', 'd3']
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"run file not found: {path}")
+    results: dict[str, list[ScoredDoc]] = {}
+    first_line: dict[tuple[str, str], int] = {}
+    name: str | None = None
+    with open(path, encoding="utf-8-sig") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            fields = line.split()
+            if len(fields) != 6:
+                raise DataFormatError(
+                    f"{path}:{line_no}: expected 6 columns (query_id Q0 doc_id rank score name), "
+                    f"got {len(fields)}: {line.rstrip()!r}"
+                )
+            query_id, _, doc_id, rank_text, score_text, tag = fields
+            try:
+                int(rank_text)
+            except ValueError:
+                raise DataFormatError(f"{path}:{line_no}: rank must be an integer, got {rank_text!r}") from None
+            try:
+                score = float(score_text)
+            except ValueError:
+                raise DataFormatError(f"{path}:{line_no}: score must be a number, got {score_text!r}") from None
+            if not math.isfinite(score):
+                raise DataFormatError(f"{path}:{line_no}: score must be finite, got {score_text!r}")
+            key = (query_id, doc_id)
+            if key in first_line:
+                raise DataFormatError(
+                    f"{path}:{line_no}: duplicate doc_id {doc_id!r} for query {query_id!r} "
+                    f"(first on line {first_line[key]})"
+                )
+            first_line[key] = line_no
+            if name is None:
+                name = tag
+            results.setdefault(query_id, []).append(ScoredDoc(doc_id, score))
+    for hits in results.values():
+        hits.sort(key=lambda hit: (-hit.score, hit.doc_id))
+    return Run(results=results, name=name if name is not None else Run().name)
+
+
+def _check_token(value: str, what: str) -> None:
+    if not value or any(c.isspace() for c in str(value)):
+        raise ValueError(f"{what} {value!r} is empty or contains whitespace; a TREC run cannot hold it")

@@ -1,0 +1,117 @@
+"""index_meta.json schema, file names and version checks. The only module that knows index file names."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from uhdsearch._version import __version__
+from uhdsearch.errors import IndexFormatError
+from uhdsearch.io import read_json
+
+FORMAT = "uhd-index"
+FORMAT_VERSION = 1
+META_FILE = "index_meta.json"
+DOC_IDS_FILE = "doc_ids.txt"
+Variant = Literal["binary", "weighted"]
+VARIANTS = ("binary", "weighted")
+VERIFY_LIMIT_BYTES = 512 * 1024 * 1024  # checksum on load up to this size unless asked
+
+
+def bucket_files(bucket: int, variant: Variant) -> dict[str, str]:
+    """Array name -> file name for one bucket. Postings per dim: docs[indptr[d]:indptr[d+1]], ascending."""
+    files = {"indptr": f"bucket_{bucket}.indptr.npy", "docs": f"bucket_{bucket}.docs.npy"}
+    if variant == "weighted":
+        files["weights"] = f"bucket_{bucket}.weights.npy"
+    return files
+
+
+def all_files(n_buckets: int, variant: Variant) -> list[str]:
+    names = [DOC_IDS_FILE]
+    for b in range(n_buckets):
+        names.extend(bucket_files(b, variant).values())
+    return names
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def make_meta(
+    variant: Variant, dim: int, n_buckets: int, n_documents: int, encoder_digest: str | None, directory: Path,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    files = {name: {"bytes": (directory / name).stat().st_size, "sha256": file_digest(directory / name)}
+             for name in all_files(n_buckets, variant)}
+    meta = {
+        "format": FORMAT,
+        "variant": variant,
+        "format_version": FORMAT_VERSION,
+        "dim": dim,
+        "n_buckets": n_buckets,
+        "n_documents": n_documents,
+        "encoder_digest": encoder_digest,
+        "uhdsearch_version": __version__,
+        "files": files,
+    }
+    meta.update(extra or {})
+    return meta
+
+
+def read_meta(directory: Path, verify: bool | None = None) -> dict[str, Any]:
+    """Read and check index_meta.json and the sizes (and, when asked or small, checksums) of every file.
+
+    Raises:
+        FileNotFoundError: no such directory.
+        IndexFormatError: no meta, foreign format, newer version, missing, truncated or altered files.
+    """
+    if not directory.is_dir():
+        raise FileNotFoundError(f"no index directory at {directory}")
+    meta_path = directory / META_FILE
+    if not meta_path.is_file():
+        raise IndexFormatError(f"not a uhdsearch index: {directory} has no {META_FILE}")
+    try:
+        meta = read_json(meta_path)
+    except ValueError as exc:
+        raise IndexFormatError(f"{meta_path} is not valid JSON ({exc}); the index is corrupted") from exc
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise IndexFormatError(f"{meta_path}: format is {found!r}; this version reads {FORMAT!r} indexes")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{meta_path}: format_version {version!r} is not supported (this uhdsearch reads up to "
+            f"{FORMAT_VERSION}); upgrade uhdsearch or rebuild the index"
+        )
+    if meta.get("variant") not in VARIANTS:
+        raise IndexFormatError(f"{meta_path}: variant {meta.get('variant')!r} is not one of {VARIANTS}")
+    for key in ("dim", "n_buckets", "n_documents"):
+        if not isinstance(meta.get(key), int) or meta[key] < 0:
+            raise IndexFormatError(f"{meta_path}: {key} is {meta.get(key)!r}, expected a non-negative integer")
+    files = meta.get("files") or {}
+    expected = all_files(meta["n_buckets"], meta["variant"])
+    total = 0
+    for name in expected:
+        path = directory / name
+        if not path.is_file():
+            raise IndexFormatError(f"index file {path} is missing; the index is incomplete")
+        if name not in files:
+            raise IndexFormatError(f"{meta_path} does not list {name}")
+        size = path.stat().st_size
+        total += size
+        if size != files[name]["bytes"]:
+            raise IndexFormatError(
+                f"index file {path} has {size} bytes, the manifest says {files[name]['bytes']}: truncated or altered"
+            )
+    if verify is None:
+        verify = total <= VERIFY_LIMIT_BYTES
+    if verify:
+        for name in expected:
+            if file_digest(directory / name) != files[name]["sha256"]:
+                raise IndexFormatError(f"index file {directory / name} fails its checksum: corrupted or altered")
+    return meta

@@ -1,0 +1,234 @@
+"""Binarized (and weighted) inverted index: per bucket, postings dim -> ascending internal doc numbers.
+
+numpy/scipy only; never imports torch or the encoder (an encoder is used duck-typed in `build`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+
+from uhdsearch.errors import DataFormatError, IndexFormatError
+from uhdsearch.index import format as fmt
+from uhdsearch.io import atomic_directory, load_npy, save_npy, write_json
+from uhdsearch.sparse import SparseEncoding
+from uhdsearch.types import Document
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Postings:
+    """One bucket's postings in CSC form: docs of dim d are docs[indptr[d]:indptr[d + 1]]."""
+
+    indptr: np.ndarray  # (dim + 1,) int64
+    docs: np.ndarray  # (n_postings,) int32, ascending within each dim
+    weights: np.ndarray | None  # (n_postings,) float32, or None for a binary index
+
+
+class InvertedIndex:
+    """Base for BinaryIndex and WeightedIndex; `variant` says whether posting weights are stored."""
+
+    variant: ClassVar[fmt.Variant]
+
+    def __init__(self, postings: list[Postings], doc_ids: list[str], dim: int, meta: dict[str, Any], path: Path | None):
+        self.postings = postings
+        self.doc_ids = doc_ids
+        self.dim = dim
+        self.meta = meta
+        self.path = path
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def n_documents(self) -> int:
+        return len(self.doc_ids)
+
+    @property
+    def n_buckets(self) -> int:
+        return len(self.postings)
+
+    @property
+    def encoder_digest(self) -> str | None:
+        return self.meta.get("encoder_digest")
+
+    def n_postings(self) -> int:
+        return int(sum(p.docs.shape[0] for p in self.postings))
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(n_documents={self.n_documents}, dim={self.dim}, "
+                f"n_buckets={self.n_buckets}, n_postings={self.n_postings()})")
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(
+        cls,
+        encoder,
+        corpus: Mapping[str, Document] | Sequence[Document],
+        path: str | os.PathLike,
+        batch_size: int = 32,
+        overwrite: bool = False,
+        show_progress: bool = True,
+    ) -> InvertedIndex:
+        """Encode `corpus` with `encoder` (anything with encode_document and digest) and write the index.
+
+        Example:
+            >>> # index = BinaryIndex.build(model, data.corpus, "indexes/scifact")
+        """
+        documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
+        _check_documents(documents)
+        if Path(path).exists() and not overwrite:  # fail before the slow encoding
+            raise FileExistsError(f"{path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
+        encoding = encoder.encode_document([d.full_text for d in documents], batch_size=batch_size,
+                                           show_progress=show_progress)
+        return cls.from_encoding(encoding, [d.doc_id for d in documents], path,
+                                 encoder_digest=encoder.digest(), overwrite=overwrite)
+
+    @classmethod
+    def from_encoding(
+        cls,
+        encoding: SparseEncoding,
+        doc_ids: Sequence[str],
+        path: str | os.PathLike | None,
+        encoder_digest: str | None = None,
+        overwrite: bool = False,
+    ) -> InvertedIndex:
+        """Index already-encoded documents; row i of `encoding` is `doc_ids[i]`. path=None keeps it in memory."""
+        doc_ids = [str(d) for d in doc_ids]
+        if len(doc_ids) != encoding.n:
+            raise ValueError(f"{len(doc_ids)} doc_ids for {encoding.n} encoded documents")
+        _check_unique(doc_ids)
+        postings = []
+        for matrix in encoding.buckets:
+            csc = matrix.tocsc()
+            csc.sort_indices()
+            postings.append(Postings(
+                indptr=csc.indptr.astype(np.int64),
+                docs=csc.indices.astype(np.int32),
+                weights=csc.data.astype(np.float32) if cls.variant == "weighted" else None,
+            ))
+        meta = {"format": fmt.FORMAT, "variant": cls.variant, "dim": encoding.dim,
+                "n_buckets": encoding.n_buckets, "n_documents": encoding.n, "encoder_digest": encoder_digest}
+        index = cls(postings, doc_ids, encoding.dim, meta, None)
+        if path is not None:
+            index.save(path, overwrite=overwrite)
+        return index
+
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write the index directory atomically (temporary directory, then rename)."""
+        with atomic_directory(path, overwrite=overwrite) as tmp:
+            if any("\n" in d or "\r" in d for d in self.doc_ids):
+                raise ValueError("doc_ids may not contain line breaks")
+            (tmp / fmt.DOC_IDS_FILE).write_text("".join(d + "\n" for d in self.doc_ids), encoding="utf-8")
+            for b, p in enumerate(self.postings):
+                files = fmt.bucket_files(b, self.variant)
+                save_npy(tmp / files["indptr"], p.indptr)
+                save_npy(tmp / files["docs"], p.docs)
+                if "weights" in files:
+                    save_npy(tmp / files["weights"], p.weights)
+            self.meta = fmt.make_meta(self.variant, self.dim, self.n_buckets, self.n_documents,
+                                      self.encoder_digest, tmp)
+            write_json(tmp / fmt.META_FILE, self.meta)
+        self.path = Path(path)
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(cls, path: str | os.PathLike, mmap: bool | None = None, verify: bool | None = None) -> InvertedIndex:
+        """Open an index directory. Any subclass may be asked; the variant on disk decides the class.
+
+        Args:
+            mmap: memory-map the arrays (default: when the index is larger than 256 MB).
+            verify: check SHA-256 of every file (default: when the index is at most 512 MB).
+        Raises:
+            FileNotFoundError, IndexFormatError: see `uhdsearch.index.format.read_meta`.
+        """
+        directory = Path(path)
+        meta = fmt.read_meta(directory, verify=verify)
+        variant = meta["variant"]
+        klass = WeightedIndex if variant == "weighted" else BinaryIndex
+        if cls is WeightedIndex and klass is not WeightedIndex:
+            raise IndexFormatError(f"{directory} is a binary index; WeightedIndex needs posting weights")
+        if mmap is None:
+            mmap = sum(f["bytes"] for f in meta["files"].values()) > 256 * 1024 * 1024
+        doc_ids = (directory / fmt.DOC_IDS_FILE).read_text(encoding="utf-8").split("\n")[:-1]
+        if len(doc_ids) != meta["n_documents"]:
+            raise IndexFormatError(
+                f"{directory / fmt.DOC_IDS_FILE} has {len(doc_ids)} ids but the manifest says {meta['n_documents']}"
+            )
+        postings = [_load_bucket(directory, b, variant, meta, mmap) for b in range(meta["n_buckets"])]
+        return klass(postings, doc_ids, meta["dim"], meta, directory)
+
+    # ------------------------------------------------------------------ views
+    def document_vectors(self) -> SparseEncoding:
+        """The indexed vectors back as (n_documents, dim) CSR per bucket (binary: all ones)."""
+        out = []
+        for p in self.postings:
+            data = p.weights if p.weights is not None else np.ones(p.docs.shape[0], np.float32)
+            csc = sp.csc_matrix((np.asarray(data), np.asarray(p.docs), np.asarray(p.indptr)),
+                                shape=(self.n_documents, self.dim))
+            out.append(csc.tocsr())
+        return SparseEncoding(out)
+
+    def document_frequencies(self, bucket: int = 0) -> np.ndarray:
+        """(dim,) int64 number of documents in which each dimension is active."""
+        return np.diff(self.postings[bucket].indptr)
+
+
+class BinaryIndex(InvertedIndex):
+    """Postings without weights: scores count shared active dimensions (§3.4, §3.7)."""
+
+    variant = "binary"
+
+
+class WeightedIndex(InvertedIndex):
+    """Postings with the document's bucket values: scores are dot products (Eq. 7)."""
+
+    variant = "weighted"
+
+
+def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: bool) -> Postings:
+    files = fmt.bucket_files(bucket, variant)
+    arrays = {}
+    for name, file in files.items():
+        try:
+            arrays[name] = load_npy(directory / file, mmap=mmap)
+        except ValueError as exc:  # foreign, pickled or truncated .npy
+            raise IndexFormatError(f"{directory / file} is not a valid .npy array: {exc}") from exc
+    indptr, docs = arrays["indptr"], arrays["docs"]
+    dim, n_docs = meta["dim"], meta["n_documents"]
+    if indptr.ndim != 1 or indptr.shape[0] != dim + 1 or indptr.dtype != np.int64:
+        raise IndexFormatError(f"{directory / files['indptr']} should be ({dim + 1},) int64, got "
+                               f"{indptr.shape} {indptr.dtype}")
+    if docs.ndim != 1 or docs.dtype != np.int32 or (indptr.shape[0] and indptr[-1] != docs.shape[0]):
+        raise IndexFormatError(f"{directory / files['docs']} has {docs.shape[0]} postings of dtype {docs.dtype}; "
+                               f"{files['indptr']} implies {int(indptr[-1])} int32")
+    weights = arrays.get("weights")
+    if weights is not None and (weights.shape != docs.shape or weights.dtype != np.float32):
+        raise IndexFormatError(f"{directory / files['weights']} should be {docs.shape} float32, got "
+                               f"{weights.shape} {weights.dtype}")
+    if docs.shape[0] and (int(docs.max()) >= n_docs or int(docs.min()) < 0):
+        raise IndexFormatError(f"{directory / files['docs']} names documents outside 0..{n_docs - 1}")
+    return Postings(indptr, docs, weights)
+
+
+def _check_unique(doc_ids: Sequence[str]) -> None:
+    seen: set[str] = set()
+    for d in doc_ids:
+        if d in seen:
+            raise DataFormatError(f"duplicate doc_id {d!r}: every document needs a unique id")
+        seen.add(d)
+
+
+def _check_documents(documents: Sequence[Document]) -> None:
+    if not documents:
+        raise ValueError("the corpus is empty: nothing to index")
+    _check_unique([d.doc_id for d in documents])
+    empty = sum(1 for d in documents if not d.full_text.strip())
+    if empty:
+        warnings.warn(f"{empty} documents have no text; they are indexed but can never match", stacklevel=3)

@@ -1,0 +1,98 @@
+"""SparseEncoding: per-bucket sparse vectors of a batch of texts. numpy/scipy only, shared by encoder and index."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass
+class SparseEncoding:
+    """One CSR matrix per bucket, each (n_texts, dim) float32 with sorted column indices."""
+
+    buckets: list[sp.csr_matrix]
+
+    def __post_init__(self) -> None:
+        if not self.buckets:
+            raise ValueError("a SparseEncoding needs at least one bucket")
+        shapes = {m.shape for m in self.buckets}
+        if len(shapes) != 1:
+            raise ValueError(f"all buckets must have the same shape, got {sorted(shapes)}")
+        self.buckets = [_canonical(m) for m in self.buckets]
+
+    @property
+    def n(self) -> int:
+        return self.buckets[0].shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.buckets[0].shape[1]
+
+    @property
+    def n_buckets(self) -> int:
+        return len(self.buckets)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, rows) -> SparseEncoding:
+        return SparseEncoding([m[rows] for m in self.buckets])
+
+    def binarize(self) -> SparseEncoding:
+        """Every stored non-zero becomes 1.0 (§3.7)."""
+        out = []
+        for m in self.buckets:
+            b = m.copy()
+            b.data = np.ones_like(b.data)
+            out.append(b)
+        return SparseEncoding(out)
+
+    def truncate(self, top_k: int | None) -> SparseEncoding:
+        """Keep each row's `top_k` largest values per bucket (query_k, Table 4); ties to the lower dim."""
+        if top_k is None:
+            return self
+        return SparseEncoding([_row_top_k(m, top_k) for m in self.buckets])
+
+    def active_per_row(self) -> np.ndarray:
+        """(n, n_buckets) int64 number of active dimensions."""
+        return np.stack([np.diff(m.indptr) for m in self.buckets], axis=1)
+
+    @staticmethod
+    def concat(parts: Sequence[SparseEncoding]) -> SparseEncoding:
+        if not parts:
+            raise ValueError("nothing to concatenate")
+        n_buckets = {p.n_buckets for p in parts}
+        if len(n_buckets) != 1:
+            raise ValueError(f"parts have different bucket counts: {sorted(n_buckets)}")
+        return SparseEncoding(
+            [sp.vstack([p.buckets[b] for p in parts], format="csr") for b in range(parts[0].n_buckets)]
+        )
+
+
+def _canonical(m) -> sp.csr_matrix:
+    m = sp.csr_matrix(m, dtype=np.float32)
+    m.eliminate_zeros()
+    m.sort_indices()
+    return m
+
+
+def _row_top_k(m: sp.csr_matrix, top_k: int) -> sp.csr_matrix:
+    if top_k <= 0:
+        raise ValueError(f"query_k={top_k} must be positive or None")
+    indptr, indices, data = m.indptr, m.indices, m.data
+    keep_rows, keep_cols, keep_vals = [], [], []
+    for r in range(m.shape[0]):
+        lo, hi = indptr[r], indptr[r + 1]
+        cols, vals = indices[lo:hi], data[lo:hi]
+        if hi - lo > top_k:
+            order = np.lexsort((cols, -vals))[:top_k]  # value desc, then dim asc
+            cols, vals = cols[order], vals[order]
+        keep_rows.append(np.full(len(cols), r, dtype=np.int64))
+        keep_cols.append(cols)
+        keep_vals.append(vals)
+    rows = np.concatenate(keep_rows) if keep_rows else np.zeros(0, np.int64)
+    cols = np.concatenate(keep_cols) if keep_cols else np.zeros(0, np.int32)
+    vals = np.concatenate(keep_vals) if keep_vals else np.zeros(0, np.float32)
+    return sp.csr_matrix((vals, (rows, cols)), shape=m.shape, dtype=np.float32)

@@ -1,0 +1,220 @@
+"""TrainingArgs and the training loop (optimizer, schedule, accumulation, checkpoints, eval hook).
+
+Never defines a loss (see losses.py). Two paths: with a frozen backbone the token states of every text are
+computed once and only the WTA heads train (fast on a CPU); otherwise texts go through the backbone each step.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from uhdsearch.encoder.states import TokenStates
+from uhdsearch.training.data import TrainingPair, remove_span, unique_document_batches
+from uhdsearch.training.losses import distillation, hinge_in_batch
+from uhdsearch.types import Document
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainingArgs:
+    """Training hyperparameters; defaults are the quickstart recipe (frozen backbone, see README)."""
+
+    epochs: float = 1.0
+    batch_size: int = 32  # A.1
+    learning_rate: float = 1e-4  # A.1 uses 5e-6 for full fine-tuning; a head alone needs more
+    weight_decay: float = 0.01  # A.1
+    warmup_ratio: float = 0.1  # A.1 warms up over 2,000 of ~300k steps; here a share of a short run
+    grad_accumulation: int = 1
+    margin: float = 1.0  # Eq. 8
+    train_backbone_layers: int = 0  # 0 frozen, N top layers, -1 all
+    distill_weight: float = 0.0  # listwise KL to a dense teacher's in-batch scores (0 = paper's loss only)
+    student_temperature: float = 0.05
+    teacher_temperature: float = 0.05
+    max_steps: int | None = None
+    max_minutes: float | None = None  # stop early when a time budget runs out
+    eval_every: int | None = None  # steps between eval hook calls; the best state is kept
+    checkpoint_dir: str | None = None
+    checkpoint_every: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size={self.batch_size} must be at least 2 (in-batch negatives)")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate={self.learning_rate} must be positive")
+        if self.epochs <= 0:
+            raise ValueError(f"epochs={self.epochs} must be positive")
+        if self.grad_accumulation < 1:
+            raise ValueError(f"grad_accumulation={self.grad_accumulation} must be >= 1")
+        if self.distill_weight < 0:
+            raise ValueError(f"distill_weight={self.distill_weight} must be >= 0")
+
+
+@dataclass
+class TrainingResult:
+    steps: int = 0
+    seconds: float = 0.0
+    losses: list[float] = field(default_factory=list)
+    evals: list[tuple[int, float]] = field(default_factory=list)
+    best_step: int | None = None
+    best_score: float | None = None
+
+
+class Teacher:
+    """Dense teacher scores: cosine of precomputed query and document embeddings."""
+
+    def __init__(self, query_vectors: dict[str, np.ndarray], document_vectors: np.ndarray) -> None:
+        self.query_vectors = query_vectors
+        self.document_vectors = torch.from_numpy(document_vectors)
+
+    def scores(self, queries: Sequence[str], doc_rows: Sequence[int]) -> torch.Tensor:
+        q = torch.from_numpy(np.stack([self.query_vectors[t] for t in queries]))
+        return q @ self.document_vectors[list(doc_rows)].t()
+
+
+def train(
+    model,
+    documents: Sequence[Document],
+    pairs: Sequence[TrainingPair],
+    args: TrainingArgs = TrainingArgs(),
+    document_states: TokenStates | None = None,
+    hard_negatives: Sequence[int | None] | None = None,
+    teacher: Teacher | None = None,
+    eval_fn: Callable[[object], float] | None = None,
+    show_progress: bool = True,
+) -> TrainingResult:
+    """Train `model` (a UHDEncoder) in place on (query, positive) pairs with in-batch negatives.
+
+    Args:
+        documents: the corpus as a list; pairs refer to its rows.
+        document_states: backbone states of `documents` (frozen backbone only); computed here if None.
+        hard_negatives: one document row (or None) per pair, appended as extra negatives.
+        teacher: adds `distill_weight` x listwise KL to the teacher's in-batch scores.
+        eval_fn: called every `eval_every` steps with the model; higher is better; the best weights are kept.
+    Raises:
+        ValueError: no pairs, or hard_negatives of the wrong length.
+    """
+    if not pairs:
+        raise ValueError("no training pairs: check the qrels split or the corpus for ICT")
+    if hard_negatives is not None and len(hard_negatives) != len(pairs):
+        raise ValueError(f"{len(hard_negatives)} hard negatives for {len(pairs)} pairs")
+    if args.distill_weight > 0 and teacher is None:
+        raise ValueError("distill_weight > 0 needs a teacher")
+    torch.manual_seed(args.seed)
+    frozen = args.train_backbone_layers == 0
+    model.backbone.set_trainable_layers(args.train_backbone_layers)
+    negative_of = {id(p): n for p, n in zip(pairs, hard_negatives)} if hard_negatives is not None else {}
+    query_states = None
+    if frozen:
+        if document_states is None:
+            document_states = model.token_states([d.full_text for d in documents], "document",
+                                                 show_progress=show_progress)
+        unique_queries = sorted({p.query for p in pairs})
+        query_states = model.token_states(unique_queries, "query", show_progress=show_progress)
+        query_row = {q: i for i, q in enumerate(unique_queries)}
+
+    n_epochs = math.ceil(args.epochs)
+    per_epoch = len(unique_document_batches(pairs, args.batch_size, args.seed))
+    total_steps = max(1, int(per_epoch * args.epochs) // args.grad_accumulation)
+    if args.max_steps:
+        total_steps = min(total_steps, args.max_steps)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay)
+    warmup = int(args.warmup_ratio * total_steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total_steps - s) / max(1, total_steps - warmup))
+    )
+    result = TrainingResult()
+    best_state = None
+    start = time.perf_counter()
+    model.train()
+    bar = tqdm(total=total_steps, desc="train", unit="step", disable=not show_progress)
+    micro = 0
+    done = False
+    for epoch in range(n_epochs):
+        for batch in unique_document_batches(pairs, args.batch_size, args.seed + epoch):
+            rows = [p.doc_row for p in batch]
+            extra = [negative_of.get(id(p)) for p in batch]
+            extra = [r for r in extra if r is not None and r not in rows]
+            extra = list(dict.fromkeys(extra))
+            if frozen:
+                drop = _drop_mask(document_states, batch, documents)
+                q = model.forward_states(query_states, [query_row[p.query] for p in batch])
+                d = model.forward_states(document_states, rows + extra, drop=drop)
+            else:
+                q = model([p.query for p in batch], "query")
+                texts = [remove_span(documents[p.doc_row].full_text, p.drop) for p in batch]
+                d = model(texts + [documents[r].full_text for r in extra], "document")
+            scores = model.relevance(q, d)
+            loss = hinge_in_batch(scores, args.margin)
+            if args.distill_weight > 0:
+                target = teacher.scores([p.query for p in batch], rows + extra)
+                loss = loss + args.distill_weight * distillation(scores, target, args.student_temperature,
+                                                                  args.teacher_temperature)
+            (loss / args.grad_accumulation).backward()
+            micro += 1
+            if micro % args.grad_accumulation:
+                continue
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            result.steps += 1
+            result.losses.append(float(loss))
+            bar.update(1)
+            bar.set_postfix(loss=f"{np.mean(result.losses[-20:]):.4f}")
+            if args.eval_every and eval_fn and result.steps % args.eval_every == 0:
+                best_state = _evaluate(model, eval_fn, result, best_state)
+            if args.checkpoint_dir and args.checkpoint_every and result.steps % args.checkpoint_every == 0:
+                model.save_pretrained(Path(args.checkpoint_dir) / f"step-{result.steps}", overwrite=True)
+            minutes = (time.perf_counter() - start) / 60
+            if result.steps >= total_steps or (args.max_minutes and minutes >= args.max_minutes):
+                done = True
+                break
+        if done:
+            break
+    bar.close()
+    if eval_fn and args.eval_every:
+        best_state = _evaluate(model, eval_fn, result, best_state)
+        if best_state is not None:
+            model.load_state_dict(best_state)
+            tqdm.write(f"kept the weights of step {result.best_step} (dev score {result.best_score:.4f})")
+    model.eval()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _evaluate(model, eval_fn, result: TrainingResult, best_state):
+    model.eval()
+    score = float(eval_fn(model))
+    model.train()
+    result.evals.append((result.steps, score))
+    tqdm.write(f"step {result.steps}: dev score {score:.4f}")
+    if result.best_score is None or score > result.best_score:
+        result.best_score, result.best_step = score, result.steps
+        return copy.deepcopy({k: v for k, v in model.state_dict().items()})
+    return best_state
+
+
+def _drop_mask(states: TokenStates, batch: Sequence[TrainingPair], documents: Sequence[Document]) -> np.ndarray | None:
+    """Tokens of each ICT pair's query sentence, to leave out of its positive passage."""
+    if all(p.drop is None for p in batch):
+        return None
+    drop = np.zeros(states.char_spans.shape[0], dtype=bool)
+    for p in batch:
+        if p.drop is None:
+            continue
+        lo, hi = int(states.offsets[p.doc_row]), int(states.offsets[p.doc_row + 1])
+        spans = states.char_spans[lo:hi]
+        drop[lo:hi] = (spans[:, 1] > p.drop[0]) & (spans[:, 0] < p.drop[1]) & (spans[:, 1] > spans[:, 0])
+    return drop
