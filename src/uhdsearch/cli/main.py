@@ -182,24 +182,37 @@ def evaluate(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning user errors into one line on stderr and exit code 2."""
+    _state["debug"] = False
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
     except SystemExit as exc:
-        return int(exc.code or 0)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:  # noqa: BLE001 - the CLI's one boundary for user errors
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
+        if isinstance(exc, _click_types("Abort")):
             typer.echo("aborted", err=True)
             return 130
-        if isinstance(exc, click.ClickException):
+        if isinstance(exc, _click_types("ClickException")):  # usage errors: click's own message and hint
             exc.show()
             return 2
         if _state["debug"]:
             raise
         typer.echo(f"error: {_one_line(exc)}", err=True)
         return 2
-    return 0
+    # Without standalone mode, typer returns the code of a typer.Exit (Ctrl-C is Exit(130)) instead of exiting.
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def _click_types(name: str) -> tuple[type, ...]:
+    """`name` from typer's vendored click (typer._click in newer typer) and from click itself (older typer)."""
+    import importlib
+
+    found = []
+    for module in ("typer._click.exceptions", "typer.exceptions", "click.exceptions"):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -71,6 +71,7 @@ def unique_document_batches(pairs: Sequence[TrainingPair], batch_size: int, seed
     """Shuffle pairs into batches in which no document occurs twice.
 
     A repeated document would be both a positive and an in-batch "negative" of the same query.
+    A pair left alone in a batch of one (it has no negatives) is dropped.
     """
     rng = random.Random(seed)
     pending = list(pairs)

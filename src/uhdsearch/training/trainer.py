@@ -170,7 +170,7 @@ def train(
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             result.steps += 1
-            result.losses.append(float(loss))
+            result.losses.append(float(loss.detach()))
             bar.update(1)
             bar.set_postfix(loss=f"{np.mean(result.losses[-20:]):.4f}")
             if args.eval_every and eval_fn and result.steps % args.eval_every == 0:

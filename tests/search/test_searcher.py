@@ -1,0 +1,125 @@
+import logging
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from uhdsearch.encoder.config import EncoderConfig
+from uhdsearch.encoder.model import UHDEncoder
+from uhdsearch.errors import DimensionMismatchError
+from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
+from uhdsearch.search.scoring import brute_force_scores
+from uhdsearch.search.searcher import Searcher
+from uhdsearch.search.topk import top_k
+from uhdsearch.types import Query, Run, ScoredDoc
+
+
+@settings(max_examples=60, deadline=None)
+@given(scores=st.lists(st.integers(-2, 5), min_size=1, max_size=60), k=st.integers(1, 70))
+def test_top_k_equals_head_of_full_sort_under_the_tie_rule(scores, k):
+    values = np.array(scores, dtype=np.float64)
+    docs, got = top_k(values, k)
+    expected = sorted((i for i in range(len(values)) if values[i] > 0), key=lambda i: (-values[i], i))[:k]
+    assert docs.tolist() == expected
+    assert got.tolist() == [values[i] for i in expected]
+
+
+def test_top_k_rejects_non_positive_k():
+    with pytest.raises(ValueError, match="k=0 must be positive"):
+        top_k(np.ones(3), 0)
+
+
+@pytest.fixture(scope="module")
+def indexes(tiny_encoder_session, mini_data, mini_encoding):
+    ids = list(mini_data.corpus)
+    return (BinaryIndex.from_encoding(mini_encoding, ids, None, tiny_encoder_session.digest()),
+            WeightedIndex.from_encoding(mini_encoding, ids, None, tiny_encoder_session.digest()))
+
+
+@pytest.mark.parametrize("scoring", ["binary", "weighted"])
+def test_search_equals_brute_force_ranking(tiny_encoder_session, indexes, mini_data, mini_encoding, scoring):
+    searcher = Searcher(tiny_encoder_session, indexes[1], scoring=scoring, query_k=30)
+    run = searcher.search(mini_data.queries, k=10)
+    encoded = tiny_encoder_session.encode_query([q.text for q in mini_data.queries], query_k=30)
+    oracle = brute_force_scores(mini_encoding, encoded, tiny_encoder_session.config.weights, scoring)
+    ids = list(mini_data.corpus)
+    for row, q in enumerate(mini_data.queries):
+        expected = sorted(np.flatnonzero(oracle[row] > 0), key=lambda i: (-oracle[row, i], i))[:10]
+        assert run.doc_ids(q.query_id) == [ids[i] for i in expected]
+        assert np.allclose([h.score for h in run[q.query_id]], oracle[row, expected], atol=1e-6)
+
+
+def test_bucket_weights_apply_at_query_time(tiny_encoder_session, indexes, mini_data):
+    only_first = Searcher(tiny_encoder_session, indexes[0], bucket_weights=[1.0, 0.0]).search(mini_data.queries[:3], k=5)
+    encoded = tiny_encoder_session.encode_query([q.text for q in mini_data.queries[:3]])
+    for row, q in enumerate(mini_data.queries[:3]):
+        m = encoded.buckets[0]
+        dims = set(m.indices[m.indptr[row]:m.indptr[row + 1]])
+        assert only_first[q.query_id][0].score == max(
+            len(dims & set(indexes[0].document_vectors().buckets[0][d].indices)) for d in range(indexes[0].n_documents))
+
+
+def test_edges_empty_query_list_empty_text_and_k(tiny_encoder_session, indexes, caplog):
+    searcher = Searcher(tiny_encoder_session, indexes[0])
+    assert len(searcher.search([], k=5)) == 0
+    with caplog.at_level(logging.WARNING):
+        run = searcher.search({"a": "   ", "b": "vitamin d"}, k=3)
+    assert run["a"] == [] and len(run["b"]) == 3
+    assert sum("empty or whitespace-only" in r.message for r in caplog.records) == 1
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            searcher.search({"b": "x"}, k=bad)
+    assert len(searcher.search({"b": "vitamin d"}, k=10_000)["b"]) <= indexes[0].n_documents
+
+
+def test_over_long_query_is_truncated_with_one_warning(tiny_encoder_session, indexes, caplog):
+    searcher = Searcher(tiny_encoder_session, indexes[0])
+    with caplog.at_level(logging.WARNING):
+        run = searcher.search({"long": "protein " * 100_000}, k=3)
+    assert len(run["long"]) == 3
+    assert sum("truncated" in r.message for r in caplog.records) == 1
+
+
+def test_dimension_and_bucket_mismatch(tiny_backbone_dir, indexes):
+    other = UHDEncoder.new(tiny_backbone_dir, EncoderConfig(dim=1024, wta_k=8, query_k=None, bucket_layers=(1, 2)))
+    with pytest.raises(DimensionMismatchError, match="encoder has dim=1024 but the index has dim=2048"):
+        Searcher(other, indexes[0])
+    one = UHDEncoder.new(tiny_backbone_dir, EncoderConfig(dim=2048, wta_k=8, query_k=None, bucket_layers=(2,)))
+    with pytest.raises(DimensionMismatchError, match="1 buckets but the index has 2"):
+        Searcher(one, indexes[0])
+
+
+def test_other_encoder_with_same_shape_warns(tiny_backbone_dir, indexes, caplog, tiny_config):
+    other = UHDEncoder.new(tiny_backbone_dir, tiny_config.replace(seed=5))
+    with caplog.at_level(logging.WARNING):
+        Searcher(other, indexes[0])
+    assert any("was built by encoder" in r.message for r in caplog.records)
+
+
+def test_weighted_scoring_needs_weighted_index(tiny_encoder_session, indexes):
+    with pytest.raises(ValueError, match="weighted scoring needs a weighted index"):
+        Searcher(tiny_encoder_session, indexes[0], scoring="weighted")
+
+
+def test_rerank_orders_candidates_by_uhd_score(tiny_encoder_session, indexes, mini_data):
+    searcher = Searcher(tiny_encoder_session, indexes[1], scoring="weighted")
+    q = mini_data.queries[0]
+    full = searcher.search([q], k=50)
+    pool = list(reversed(full[q.query_id][:20]))
+    reranked = searcher.rerank([q], Run({q.query_id: [ScoredDoc(h.doc_id, 0.0) for h in pool]}), k=5)
+    assert reranked.doc_ids(q.query_id) == full.doc_ids(q.query_id)[:5]
+    with pytest.raises(ValueError, match="candidate doc_ids not in the index"):
+        searcher.rerank([q], Run({q.query_id: [ScoredDoc("nope", 1.0)]}), k=5)
+
+
+def test_shuffling_documents_moves_ids_not_scores(tiny_encoder_session, mini_data, mini_encoding):
+    ids = list(mini_data.corpus)
+    perm = np.random.default_rng(0).permutation(len(ids))
+    a = Searcher(tiny_encoder_session, WeightedIndex.from_encoding(mini_encoding, ids, None), "weighted")
+    b = Searcher(tiny_encoder_session, WeightedIndex.from_encoding(mini_encoding[perm], [ids[i] for i in perm], None),
+                 "weighted")
+    qs = mini_data.queries[:5]
+    ra, rb = a.search(qs, k=400), b.search(qs, k=400)
+    for q in qs:
+        assert {h.doc_id: round(h.score, 5) for h in ra[q.query_id]} == {h.doc_id: round(h.score, 5) for h in rb[q.query_id]}
