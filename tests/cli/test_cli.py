@@ -77,10 +77,11 @@ def _assert_user_error(code: int, out: str, err: str, *fragments: str) -> str:
 
 
 def _assert_usage_error(code: int, out: str, err: str, *fragments: str) -> None:
-    """click's usage error for a malformed option: exit 2, message on stderr, no traceback."""
+    """A malformed option: exit 2, one `error:` line on stderr, no traceback."""
     assert code == 2, (code, err)
     assert out == ""
     assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
     for fragment in fragments:
         assert fragment in err, (fragment, err)
 
@@ -261,7 +262,7 @@ def test_k_must_be_positive(trained: Trained, k: str, capsys) -> None:
 
 def test_k_must_be_an_integer(trained: Trained, capsys) -> None:
     code, out, err = _run(capsys, _search_args(trained, "--query", "cancer", "--k", "ten"))
-    _assert_usage_error(code, out, err, "'ten'", "--k")
+    _assert_usage_error(code, out, err, "Invalid value for '--k'", "valid integer")
 
 
 @pytest.mark.parametrize("extra", [[], ["--query", "cancer", "--queries", "queries.jsonl"]], ids=["neither", "both"])
@@ -434,6 +435,20 @@ def test_debug_reraises(trained: Trained, capsys) -> None:
     # the flag does not stick: the next call without it reports the error as one line again
     code, out, err = _run(capsys, _search_args(trained, "--query", "cancer", "--k", "0"))
     _assert_user_error(code, out, err, "--k 0")
+
+
+def test_interrupt_exits_130(tmp_path: Path, scifact_mini_dir: Path, monkeypatch, capsys) -> None:
+    import uhdsearch.evaluation.runs
+
+    def interrupted(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(uhdsearch.evaluation.runs, "load_run", interrupted)  # stands in for Ctrl-C mid-command
+    code, out, err = _run(capsys, ["evaluate", "--run", str(tmp_path / "run.trec"),
+                                   "--qrels", str(scifact_mini_dir / "qrels" / "test.tsv")])
+    assert code == 130
+    assert out == ""
+    assert "Traceback" not in err
 
 
 # ---------------------------------------------------------------------------------------------- console script

@@ -191,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, _click_types("Abort")):
             typer.echo("aborted", err=True)
             return 130
-        if isinstance(exc, _click_types("ClickException")):  # usage errors: click's own message and hint
-            exc.show()
+        if isinstance(exc, _click_types("ClickException")):  # malformed options or commands
+            hint = " (see --help)" if getattr(exc, "ctx", None) is not None else ""
+            typer.echo(f"error: {_one_line(Exception(exc.format_message()))}{hint}", err=True)
             return 2
         if _state["debug"]:
             raise
