@@ -1,0 +1,55 @@
+import json
+
+import pytest
+
+from uhdsearch.baselines.bm25 import BM25Retriever
+from uhdsearch.evaluation.metrics import evaluate
+from uhdsearch.index.inverted import InvertedIndex
+from uhdsearch.quickstart import Recipe, run_quickstart
+
+
+@pytest.fixture(scope="module")
+def quickstart_out(tmp_path_factory, scifact_mini_dir, tiny_backbone_dir):
+    out = tmp_path_factory.mktemp("qs")
+    recipe = Recipe(dim=1024, wta_k=8, query_k=50, bucket_layers=(1, 2), document_max_length=64,
+                    ict_per_document=1, epochs=1.0, max_train_minutes=1.0)
+    results = run_quickstart(out, data_dir=scifact_mini_dir, backbone=tiny_backbone_dir, recipe=recipe,
+                             show_progress=False)
+    return out, results
+
+
+def test_results_json_has_the_documented_shape(quickstart_out, scifact_mini_dir):
+    out, results = quickstart_out
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk == results
+    assert on_disk["dataset"] == "scifact-mini" and on_disk["split"] == "test" and on_disk["n_queries"] == 40
+    assert set(on_disk["systems"]) == {"bm25", "dense", "uhd-binary", "uhd-weighted"}
+    for scores in on_disk["systems"].values():
+        assert set(scores) == {"nDCG@10", "RR@10", "R@100", "R@1000"}
+        assert all(0.0 <= v <= 1.0 for v in scores.values())
+    assert set(on_disk["seconds"]) == {"train", "index", "search_ms_per_query"}
+    assert on_disk["seconds"]["search_ms_per_query"] > 0
+    assert on_disk["config"]["training_steps"] > 0
+
+
+def test_quickstart_bm25_equals_the_library_baseline(quickstart_out, mini_data):
+    _, results = quickstart_out
+    bm25 = BM25Retriever.build(mini_data.corpus, show_progress=False)
+    expected = evaluate(bm25.search(mini_data.queries, k=1000), mini_data.qrels, ["nDCG@10"])["nDCG@10"]
+    assert results["systems"]["bm25"]["nDCG@10"] == round(expected, 4)
+
+
+def test_quickstart_writes_loadable_artifacts_and_runs(quickstart_out, mini_data):
+    out, results = quickstart_out
+    binary = InvertedIndex.load(out / "index-binary")
+    assert binary.variant == "binary" and binary.n_documents == len(mini_data.corpus)
+    from uhdsearch.evaluation.runs import load_run
+
+    run = load_run(out / "runs" / "uhd-binary.trec")
+    assert round(evaluate(run, mini_data.qrels, ["nDCG@10"])["nDCG@10"], 4) == results["systems"]["uhd-binary"]["nDCG@10"]
+
+
+def test_quickstart_refuses_to_overwrite(quickstart_out):
+    out, _ = quickstart_out
+    with pytest.raises(FileExistsError, match="already holds results"):
+        run_quickstart(out)
