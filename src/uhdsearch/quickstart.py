@@ -29,6 +29,7 @@ from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.io import write_json
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
+from uhdsearch.training.negatives import hard_negatives_from_rankings
 from uhdsearch.training.trainer import Teacher, TrainingArgs, train
 from uhdsearch.types import Document, Query
 
@@ -50,6 +51,8 @@ class Recipe:
     epochs: float = 1.0
     learning_rate: float = 1e-4
     distill_weight: float = 0.0
+    hard_negative_depth: int = 0  # > 0: one BM25 hard negative per pair from the query's top N
+    train_backbone_layers: int = 0  # 0 frozen (states computed once), N top layers, -1 all
     dev_share: float = 0.1  # of the train queries, held out for early stopping
     eval_every: int | None = None
     max_train_minutes: float = 12.0
@@ -116,7 +119,10 @@ def run_quickstart(
     seconds["train"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    encoded = model.encode_states(states, "document", show_progress=show_progress)
+    if recipe.train_backbone_layers == 0:
+        encoded = model.encode_states(states, "document", show_progress=show_progress)
+    else:  # the backbone changed: the cached states are stale
+        encoded = model.encode_document([d.full_text for d in documents], show_progress=show_progress)
     doc_ids = [d.doc_id for d in documents]
     model.save_pretrained(out / "model", overwrite=True, model_card=_model_card(data, recipe, trained))
     binary = BinaryIndex.from_encoding(encoded, doc_ids, out / "index-binary", model.digest(), overwrite=True)
@@ -192,12 +198,28 @@ def train_on_collection(
     if recipe.distill_weight > 0:
         dense = dense or DenseRetriever.build(documents, backbone=model.backbone, states=states, show_progress=False)
         teacher = Teacher(_query_vectors(dense, {p.query for p in pairs}), mean_pool(states, model.backbone.n_layers))
-    eval_fn = _dev_evaluator(states, documents, dev) if dev and recipe.eval_every else None
+    eval_fn = _dev_evaluator(states if recipe.train_backbone_layers == 0 else None, documents, dev) \
+        if dev and recipe.eval_every else None
+    negatives = _bm25_negatives(documents, pairs, train_data, recipe.hard_negative_depth) \
+        if recipe.hard_negative_depth > 0 else None
     args = TrainingArgs(epochs=recipe.epochs, learning_rate=recipe.learning_rate,
                         distill_weight=recipe.distill_weight, eval_every=recipe.eval_every,
-                        max_minutes=recipe.max_train_minutes)
-    return train(model, documents, pairs, args, document_states=states, teacher=teacher, eval_fn=eval_fn,
-                 show_progress=show_progress), len(pairs)
+                        max_minutes=recipe.max_train_minutes, train_backbone_layers=recipe.train_backbone_layers)
+    return train(model, documents, pairs, args, document_states=states, hard_negatives=negatives, teacher=teacher,
+                 eval_fn=eval_fn, show_progress=show_progress), len(pairs)
+
+
+def _bm25_negatives(documents: list[Document], pairs: list[TrainingPair], train_data: BeirData | None, depth: int):
+    """One BM25 hard negative per pair, never a judged positive of its query."""
+    bm25 = BM25Retriever.build(documents, show_progress=False)
+    queries = sorted({p.query for p in pairs})
+    run = bm25.search({str(i): q for i, q in enumerate(queries)}, k=depth)
+    row = {d.doc_id: i for i, d in enumerate(documents)}
+    rankings = {q: [row[h.doc_id] for h in run[str(i)]] for i, q in enumerate(queries)}
+    positives: dict[str, set[int]] = {}
+    for p in pairs:
+        positives.setdefault(p.query, set()).add(p.doc_row)
+    return hard_negatives_from_rankings(pairs, rankings, positives, depth=depth)
 
 
 def _load_train_split(data_dir: Path, train_split: str | None) -> BeirData | None:
@@ -225,11 +247,14 @@ def _training_pairs(documents: list[Document], train_data: BeirData | None, reci
 
 
 def _dev_evaluator(states, documents, dev):
+    """nDCG@10 of UHD-binary on held-out train queries; states=None re-encodes (the backbone is training)."""
     queries, qrels = dev
     doc_ids = [d.doc_id for d in documents]
 
     def score(model) -> float:
-        index = BinaryIndex.from_encoding(model.encode_states(states, show_progress=False), doc_ids, None)
+        encoded = model.encode_states(states, show_progress=False) if states is not None else \
+            model.encode_document([d.full_text for d in documents], show_progress=False)
+        index = BinaryIndex.from_encoding(encoded, doc_ids, None)
         return evaluate(Searcher(model, index, "binary").search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
 
     return score

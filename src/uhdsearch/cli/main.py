@@ -70,6 +70,8 @@ def train(
     learning_rate: float = typer.Option(1e-4, "--learning-rate"),
     ict_per_document: int = typer.Option(2, "--ict-per-document", help="Inverse Cloze Task pairs per passage."),
     distill_weight: float = typer.Option(0.0, "--distill-weight"),
+    hard_negative_depth: int = typer.Option(0, "--hard-negative-depth", help="BM25 hard negatives from the top N."),
+    train_backbone_layers: int = typer.Option(0, "--train-backbone-layers", help="0 frozen, N top layers, -1 all."),
     max_minutes: float = typer.Option(60.0, "--max-minutes"),
     overwrite: bool = typer.Option(False, "--overwrite"),
 ) -> None:
@@ -87,7 +89,8 @@ def train(
     recipe = Recipe(dim=dim, wta_k=wta_k, query_k=query_k or None, bucket_layers=config.bucket_layers,
                     bucket_weights=config.bucket_weights, document_max_length=document_max_length,
                     ict_per_document=ict_per_document, use_train_qrels=bool(split), epochs=epochs,
-                    learning_rate=learning_rate, distill_weight=distill_weight, max_train_minutes=max_minutes)
+                    learning_rate=learning_rate, distill_weight=distill_weight, max_train_minutes=max_minutes,
+                    hard_negative_depth=hard_negative_depth, train_backbone_layers=train_backbone_layers)
     corpus = load_beir(data, split).corpus if split else _corpus_only(data)
     model = UHDEncoder(Backbone.from_pretrained(backbone), config)
     result, n_pairs = train_on_collection(model, list(corpus.values()), _load_train_split(data, split or None), recipe)
