@@ -68,6 +68,8 @@ def run_variant(name, recipe, trained, backbone, states, data, train_data):
     if trained:
         result, _ = train_on_collection(model, documents, train_data, recipe, states=states)
         seconds = result.seconds
+    elif recipe.center:
+        model.center_buckets(states)
     model.eval()
     encoded = model.encode_states(states)
     index = WeightedIndex.from_encoding(encoded, list(data.corpus), None)

@@ -47,6 +47,7 @@ class Recipe:
     bucket_weights: tuple[float, ...] | None = None
     document_max_length: int = 256
     ict_per_document: int = 2
+    center: bool = False  # initialise WTA biases so the mean token state projects to zero (WTALayer.center_)
     use_train_qrels: bool = True
     epochs: float = 1.0
     learning_rate: float = 1e-4
@@ -193,6 +194,8 @@ def train_on_collection(
         layers = sorted(set(model.layers) | {model.backbone.n_layers})
         states = compute_token_states(model.backbone, [d.full_text for d in documents], layers,
                                       model.config.document_max_length, show_progress=show_progress)
+    if recipe.center:
+        model.center_buckets(states)
     pairs, dev = _training_pairs(documents, train_data, recipe)
     teacher = None
     if recipe.distill_weight > 0:

@@ -75,3 +75,16 @@ def test_max_pool_equals_dense_reference_and_norm_is_one_or_zero(seed, n_texts):
         assert torch.allclose(pooled[t], expected)
     norms = l2_normalize(pooled).norm(dim=1)
     assert all(abs(n - 1) < 1e-5 or n == 0 for n in norms.tolist())
+
+
+def test_centering_makes_the_mean_state_project_to_zero():
+    layer = WTALayer(hidden=16, dim=200, weight_sparsity=0.5, seed=2)
+    states = torch.randn(500, 16) + 3.0  # a shared offset, like the anisotropy of backbone states
+    layer.center_(states.mean(dim=0))
+    z_mean = states.mean(dim=0, keepdim=True) @ layer.weight.t() + layer.bias
+    assert torch.allclose(z_mean, torch.zeros_like(z_mean), atol=1e-4)
+    # With the offset removed, winners spread over far more units than before.
+    _, winners_after = layer(states, 5)
+    layer.bias.data.zero_()
+    _, winners_before = layer(states, 5)
+    assert winners_after.unique().numel() > 2 * winners_before.unique().numel()

@@ -99,6 +99,13 @@ from uhdsearch.encoder.states import TokenStates, compute_token_states
             encoded = encoded.truncate(self.config.query_k if query_k == "config" else query_k)
         return encoded
 
+    def center_buckets(self, states: TokenStates) -> None:
+        """Initialise each bucket's bias from the mean token state of its layer (see WTALayer.center_)."""
+        for layer in self.layers:
+            mean = states.layer(layer).float().mean(dim=0)
+            self.buckets.wta[str(layer)].center_(mean)
+        self._digest = None
+
     def token_states(self, texts: Sequence[str], kind: Kind = "document", batch_size: int = 32,
                      show_progress: bool = True) -> TokenStates:
         """Backbone states of this encoder's bucket layers, to reuse while the backbone is frozen."""

@@ -76,6 +76,16 @@ class WTALayer(nn.Module):
             raise ValueError(f"wta_k={wta_k} must satisfy 0 < wta_k <= dim ({self.dim})")
         return _WinnersOnly.apply(tokens, self.weight, self.bias, self.mask, wta_k, dtype)
 
+    def center_(self, mean: torch.Tensor) -> None:
+        """Set the bias so that the mean input state projects to zero: b = -W mean.
+
+        Backbone token states are anisotropic (they share a large common direction), so with zero bias the
+        units aligned with that direction win for almost every token and become "stop dimensions" active
+        in nearly every document. Centering removes that shared component (a data-dependent initialisation).
+        """
+        with torch.no_grad():
+            self.bias.copy_(-(self.weight @ mean.float()))
+
     def apply_mask_(self) -> None:
         """Zero the masked weights (after loading weights from elsewhere)."""
         with torch.no_grad():
