@@ -49,11 +49,18 @@ class SparseEncoding:
             out.append(b)
         return SparseEncoding(out)
 
-    def truncate(self, top_k: int | None) -> SparseEncoding:
-        """Keep each row's `top_k` largest values per bucket (query_k, Table 4); ties to the lower dim."""
+    def truncate(self, top_k: int | None, scales: Sequence[np.ndarray] | None = None) -> SparseEncoding:
+        """Keep each row's `top_k` largest values per bucket (query_k, Table 4); ties to the lower dim.
+
+        Args:
+            scales: optional per-bucket (dim,) factors that rank dimensions by value x scale (e.g. idf);
+                the kept values themselves are not changed.
+        """
         if top_k is None:
             return self
-        return SparseEncoding([_row_top_k(m, top_k) for m in self.buckets])
+        if scales is None:
+            scales = [None] * self.n_buckets
+        return SparseEncoding([_row_top_k(m, top_k, s) for m, s in zip(self.buckets, scales)])
 
     def active_per_row(self) -> np.ndarray:
         """(n, n_buckets) int64 number of active dimensions."""
@@ -78,7 +85,7 @@ def _canonical(m) -> sp.csr_matrix:
     return m
 
 
-def _row_top_k(m: sp.csr_matrix, top_k: int) -> sp.csr_matrix:
+def _row_top_k(m: sp.csr_matrix, top_k: int, scale: np.ndarray | None = None) -> sp.csr_matrix:
     if top_k <= 0:
         raise ValueError(f"query_k={top_k} must be positive or None")
     indptr, indices, data = m.indptr, m.indices, m.data
@@ -87,7 +94,8 @@ def _row_top_k(m: sp.csr_matrix, top_k: int) -> sp.csr_matrix:
         lo, hi = indptr[r], indptr[r + 1]
         cols, vals = indices[lo:hi], data[lo:hi]
         if hi - lo > top_k:
-            order = np.lexsort((cols, -vals))[:top_k]  # value desc, then dim asc
+            key = vals if scale is None else vals * scale[cols]
+            order = np.lexsort((cols, -key))[:top_k]  # key desc, then dim asc
             cols, vals = cols[order], vals[order]
         keep_rows.append(np.full(len(cols), r, dtype=np.int64))
         keep_cols.append(cols)

@@ -123,3 +123,23 @@ def test_shuffling_documents_moves_ids_not_scores(tiny_encoder_session, mini_dat
     ra, rb = a.search(qs, k=400), b.search(qs, k=400)
     for q in qs:
         assert {h.doc_id: round(h.score, 5) for h in ra[q.query_id]} == {h.doc_id: round(h.score, 5) for h in rb[q.query_id]}
+
+
+def test_value_idf_query_selection_prefers_rare_dimensions(tiny_encoder_session, indexes, mini_data):
+    index = indexes[0]
+    plain = Searcher(tiny_encoder_session, index, query_k=20)
+    by_idf = Searcher(tiny_encoder_session, index, query_k=20, query_selection="value-idf")
+    qs = mini_data.queries[:10]
+    a, b = plain.encode(qs), by_idf.encode(qs)
+    assert np.all(b.active_per_row() == 20)
+    df = index.document_frequencies(0)
+    mean_df_plain = np.mean([df[a.buckets[0][r].indices].mean() for r in range(10)])
+    mean_df_idf = np.mean([df[b.buckets[0][r].indices].mean() for r in range(10)])
+    assert mean_df_idf < mean_df_plain
+    full = tiny_encoder_session.encode_query([q.text for q in qs], query_k=None)
+    for r in range(10):  # selected dims are a subset of the query's active dims, values unchanged
+        row = full.buckets[0][r].toarray().ravel()
+        kept = b.buckets[0][r]
+        assert np.allclose(row[kept.indices], kept.data)
+    with pytest.raises(ValueError, match="query_selection='tfidf'"):
+        Searcher(tiny_encoder_session, index, query_selection="tfidf")

@@ -83,16 +83,18 @@ from uhdsearch.encoder.states import TokenStates, compute_token_states
     def encode_states(
         self, states: TokenStates, kind: Kind = "document", batch_size: int = 64, wta_k: int | None = None,
         query_k: int | None | Literal["config"] = "config", show_progress: bool = True,
+        rows: Sequence[int] | None = None,
     ) -> SparseEncoding:
-        """Encode texts whose backbone states were computed once (compute_token_states)."""
+        """Encode texts whose backbone states were computed once (compute_token_states); `rows` picks a subset."""
         parts: list[list[sp.csr_matrix]] = [[] for _ in self.layers]
+        rows = list(range(states.n)) if rows is None else list(rows)
         with torch.inference_mode():
-            for start in tqdm(range(0, states.n, batch_size), desc=f"encode {kind}s", disable=not show_progress,
+            for start in tqdm(range(0, len(rows), batch_size), desc=f"encode {kind}s", disable=not show_progress,
                               leave=False):
-                rows = list(range(start, min(start + batch_size, states.n)))
-                for b, v in enumerate(self.forward_states(states, rows, wta_k=wta_k)):
+                batch = rows[start : start + batch_size]
+                for b, v in enumerate(self.forward_states(states, batch, wta_k=wta_k)):
                     parts[b].append(sp.csr_matrix(v.numpy()))
-        if not parts[0]:
+        if not parts[0] or not parts[0][0].shape[0]:
             return SparseEncoding([sp.csr_matrix((0, self.config.dim), dtype=np.float32) for _ in self.layers])
         encoded = SparseEncoding([sp.vstack(p, format="csr") for p in parts])
         if kind == "query":

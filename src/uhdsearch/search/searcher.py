@@ -36,6 +36,7 @@ class Searcher:
         query_k: int | None | Literal["config"] = "config",
         bucket_weights: Sequence[float] | None = None,
         name: str | None = None,
+        query_selection: Literal["value", "value-idf"] = "value",
     ) -> None:
         config = encoder.config
         if config.dim != index.dim:
@@ -58,6 +59,14 @@ class Searcher:
         if self.scoring == "weighted" and index.variant != "weighted":
             raise ValueError("weighted scoring needs a weighted index; build one with WeightedIndex")
         self.query_k = query_k
+        if query_selection not in ("value", "value-idf"):
+            raise ValueError(f"query_selection={query_selection!r}; choose 'value' or 'value-idf'")
+        self.query_selection = query_selection
+        self._idf = None
+        if query_selection == "value-idf":
+            # Rank query dims by value x idf so that "stop dimensions" active in most documents go first.
+            n = index.n_documents
+            self._idf = [np.log((n + 1) / (index.document_frequencies(b) + 1)) for b in range(index.n_buckets)]
         weights = tuple(bucket_weights) if bucket_weights is not None else config.weights
         if len(weights) != index.n_buckets:
             raise ValueError(f"{len(weights)} bucket weights for {index.n_buckets} buckets")
@@ -66,7 +75,10 @@ class Searcher:
 
     def encode(self, queries: Sequence[Query]) -> SparseEncoding:
         texts = _clean_texts(queries, self.encoder.backbone.tokenizer, self.encoder.config.query_max_length)
-        return self.encoder.encode_query(texts, query_k=self.query_k)
+        if self._idf is None:
+            return self.encoder.encode_query(texts, query_k=self.query_k)
+        top_k = self.encoder.config.query_k if self.query_k == "config" else self.query_k
+        return self.encoder.encode_query(texts, query_k=None).truncate(top_k, self._idf)
 
     def search(
         self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000, show_progress: bool = False

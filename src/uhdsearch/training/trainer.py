@@ -139,6 +139,8 @@ def train(
     best_state = None
     start = time.perf_counter()
     model.train()
+    if args.eval_every and eval_fn:
+        best_state = _evaluate(model, eval_fn, result, best_state)  # step 0: training must beat the start
     bar = tqdm(total=total_steps, desc="train", unit="step", disable=not show_progress)
     micro = 0
     done = False
@@ -185,7 +187,8 @@ def train(
             break
     bar.close()
     if eval_fn and args.eval_every:
-        best_state = _evaluate(model, eval_fn, result, best_state)
+        if result.evals[-1][0] != result.steps:
+            best_state = _evaluate(model, eval_fn, result, best_state)
         if best_state is not None:
             model.load_state_dict(best_state)
             tqdm.write(f"kept the weights of step {result.best_step} (dev score {result.best_score:.4f})")
