@@ -39,9 +39,10 @@ VARIANTS: dict[str, tuple[Recipe, bool]] = {  # name -> (recipe, train?)
     "untrained-l2-4-6": (replace(BASE, dim=16_384, bucket_layers=(2, 4, 6)), False),
     "trained-l2-4-6": (replace(BASE, dim=16_384, bucket_layers=(2, 4, 6)), True),
     "untrained-l6-dim8k": (replace(BASE, dim=8_192), False),
-    "untrained-l6-wta20": (replace(BASE, wta_k=20), False),
+    "untrained-l6-wta40": (replace(BASE, wta_k=40), False),
+    "untrained-l6-dim64k": (replace(BASE, dim=65_536), False),
 }
-QUERY_KS = (50, 100, 200, None)
+QUERY_KS = (100, 400, None)  # None: every active query dimension
 MEASURES = ["nDCG@10", "RR@10", "R@100"]
 
 
@@ -74,11 +75,11 @@ def run_variant(name, recipe, trained, backbone, states, data, train_data):
     encoded = model.encode_states(states)
     index = WeightedIndex.from_encoding(encoded, list(data.corpus), None)
     rows = []
-    for query_k in QUERY_KS:
+    for query_k, selection in [(k, "value") for k in QUERY_KS] + [(400, "value-idf")]:
         for scoring in ("binary", "weighted"):
-            run = Searcher(model, index, scoring, query_k=query_k).search(data.queries, k=1000)
-            scores = evaluate(run, data.qrels, MEASURES)
-            rows.append({"variant": name, "scoring": scoring, "query_k": query_k, **scores,
+            searcher = Searcher(model, index, scoring, query_k=query_k, query_selection=selection)
+            scores = evaluate(searcher.search(data.queries, k=1000), data.qrels, MEASURES)
+            rows.append({"variant": name, "scoring": scoring, "query_k": query_k, "selection": selection, **scores,
                          "train_seconds": round(seconds), "active_per_doc": float(encoded.active_per_row().sum(1).mean())})
             print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -101,13 +102,15 @@ def main() -> None:
     for name in names:
         recipe, trained = VARIANTS[name]
         rows += run_variant(name, recipe, trained, backbone, states, data, train_data)
-    print(f"\n{'variant':24s} {'scoring':9s} {'query_k':>7s} " + " ".join(f"{m:>8s}" for m in MEASURES))
+    print(f"\n{'variant':24s} {'scoring':9s} {'query_k':>7s} {'selection':10s} " + " ".join(f"{m:>8s}" for m in MEASURES))
     for r in rows:
-        print(f"{r['variant']:24s} {r['scoring']:9s} {str(r['query_k']):>7s} "
+        print(f"{r['variant']:24s} {r['scoring']:9s} {str(r['query_k']):>7s} {r['selection']:10s} "
               + " ".join(f"{r[m]:8.4f}" for m in MEASURES))
     out = Path(__file__).parent / "results" / f"ablations_{data.name}.json"
+    previous = json.loads(out.read_text())["rows"] if out.is_file() else []
+    rows = [r for r in previous if r["variant"] not in set(names)] + rows  # runs of other variants are kept
     out.write_text(json.dumps({"dataset": data.name, "split": "test", "rows": rows,
-                               "minutes": round((time.time() - start) / 60, 1)}, indent=1) + "\n")
+                               "minutes_last_run": round((time.time() - start) / 60, 1)}, indent=1) + "\n")
     print(f"wrote {out}")
 
 

@@ -61,8 +61,8 @@ def train(
     split: Optional[str] = typer.Option("train", "--split", help="qrels split with training pairs ('' = ICT only)."),
     backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
     dim: int = typer.Option(32_768, "--dim"),
-    wta_k: int = typer.Option(80, "--wta-k"),
-    query_k: int = typer.Option(100, "--query-k", help="0 keeps every active query dimension."),
+    wta_k: int = typer.Option(40, "--wta-k"),
+    query_k: int = typer.Option(0, "--query-k", help="Query truncation (Table 4); 0 keeps every active dimension."),
     bucket_layers: Optional[str] = typer.Option(None, "--bucket-layers", help="e.g. 2,4,6 (default: last layer)."),
     bucket_weights: Optional[str] = typer.Option(None, "--bucket-weights"),
     document_max_length: int = typer.Option(256, "--document-max-length"),
@@ -73,6 +73,7 @@ def train(
     hard_negative_depth: int = typer.Option(0, "--hard-negative-depth", help="BM25 hard negatives from the top N."),
     train_backbone_layers: int = typer.Option(0, "--train-backbone-layers", help="0 frozen, N top layers, -1 all."),
     max_minutes: float = typer.Option(60.0, "--max-minutes"),
+    eval_every: int = typer.Option(100, "--eval-every", help="Dev nDCG@10 every N steps (0 = off); best kept."),
     overwrite: bool = typer.Option(False, "--overwrite"),
 ) -> None:
     """Train a UHD encoder (frozen backbone, WTA heads) on qrels pairs and ICT pairs."""
@@ -90,7 +91,8 @@ def train(
                     bucket_weights=config.bucket_weights, document_max_length=document_max_length,
                     ict_per_document=ict_per_document, use_train_qrels=bool(split), epochs=epochs,
                     learning_rate=learning_rate, distill_weight=distill_weight, max_train_minutes=max_minutes,
-                    hard_negative_depth=hard_negative_depth, train_backbone_layers=train_backbone_layers)
+                    hard_negative_depth=hard_negative_depth, train_backbone_layers=train_backbone_layers,
+                    eval_every=eval_every or None)
     corpus = load_beir(data, split).corpus if split else _corpus_only(data)
     model = UHDEncoder(Backbone.from_pretrained(backbone), config)
     result, n_pairs = train_on_collection(model, list(corpus.values()), _load_train_split(data, split or None), recipe)
