@@ -23,6 +23,7 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show full traceback
     _state["debug"] = debug
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("faiss").setLevel(logging.WARNING)  # faiss logs every CPU-feature probe at INFO
 
 
 def _layers(text: Optional[str]) -> tuple[int, ...]:
