@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -90,7 +91,9 @@ def run_quickstart(
     if fast:
         data = _subsample(data, FAST_DOCUMENTS)
     documents = list(data.corpus.values())
-    log = tqdm.write
+    def log(text: str) -> None:
+        tqdm.write(text, file=sys.stderr)
+
     log(f"[quickstart] {data.name}/{split}: {len(documents)} documents, {len(data.queries)} queries"
         + (" (fast smoke run: subsampled corpus, small model)" if fast else ""))
 

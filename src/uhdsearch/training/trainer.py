@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -191,7 +192,8 @@ def train(
             best_state = _evaluate(model, eval_fn, result, best_state)
         if best_state is not None:
             model.load_state_dict(best_state)
-            tqdm.write(f"kept the weights of step {result.best_step} (dev score {result.best_score:.4f})")
+            tqdm.write(f"kept the weights of step {result.best_step} (dev score {result.best_score:.4f})",
+                       file=sys.stderr)
     model.eval()
     result.seconds = time.perf_counter() - start
     return result
@@ -202,7 +204,7 @@ def _evaluate(model, eval_fn, result: TrainingResult, best_state):
     score = float(eval_fn(model))
     model.train()
     result.evals.append((result.steps, score))
-    tqdm.write(f"step {result.steps}: dev score {score:.4f}")
+    tqdm.write(f"step {result.steps}: dev score {score:.4f}", file=sys.stderr)
     if result.best_score is None or score > result.best_score:
         result.best_score, result.best_step = score, result.steps
         return copy.deepcopy({k: v for k, v in model.state_dict().items()})
