@@ -33,7 +33,11 @@ def atomic_directory(target: str | os.PathLike, overwrite: bool = False) -> Iter
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
             os.rmdir(old)
             os.rename(target, old)
-            os.rename(tmp, target)
+            try:
+                os.rename(tmp, target)
+            except BaseException:
+                os.rename(old, target)  # put the previous artifact back
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, target)

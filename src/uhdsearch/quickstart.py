@@ -82,8 +82,9 @@ def run_quickstart(
     """
     recipe = recipe or (Recipe(**FAST) if fast else Recipe())
     out = Path(out_dir)
-    if (out / "results.json").exists() and not overwrite:
-        raise FileExistsError(f"{out} already holds results; pass --overwrite to replace them")
+    earlier = [n for n in ("results.json", "model", "index-binary", "index-weighted") if (out / n).exists()]
+    if earlier and not overwrite:
+        raise FileExistsError(f"{out} already holds results ({', '.join(earlier)}); pass --overwrite to replace them")
     out.mkdir(parents=True, exist_ok=True)
     data_dir = Path(data_dir) if data_dir is not None else bundled_dataset_dir("scifact")
     data = load_beir(data_dir, split)

@@ -153,3 +153,27 @@ def test_cached_states_give_nearly_the_same_buckets_as_direct_encoding(tiny_enco
         for r in range(2):
             sa, sb = set(a[r].indices), set(b[r].indices)
             assert len(sa & sb) / len(sa | sb) > 0.9  # states are cached in bfloat16
+
+
+def test_backbone_without_safetensors_is_refused_not_unpickled(tmp_path, tiny_backbone_dir):
+    import shutil
+
+    from uhdsearch.encoder.backbone import Backbone
+
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_backbone_dir / name, tmp_path / name)
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not to be unpickled")
+    with pytest.raises(ModelFormatError, match="has no .safetensors weights"):
+        Backbone.from_pretrained(tmp_path)
+
+
+def test_config_that_is_not_an_object_or_has_bad_values(tiny_encoder, tmp_path):
+    d = tmp_path / "m"
+    tiny_encoder.save_pretrained(d)
+    (d / "uhd_config.json").write_text("[1, 2]")
+    with pytest.raises(ModelFormatError, match="expected a JSON object"):
+        UHDEncoder.from_pretrained(d)
+    meta = tiny_encoder.config.to_json() | {"wta_k": -3}
+    (d / "uhd_config.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelFormatError, match="invalid settings: wta_k=-3"):
+        UHDEncoder.from_pretrained(d)

@@ -120,3 +120,12 @@ def test_no_measures() -> None:
 def test_no_judged_query() -> None:
     with pytest.raises(ValueError, match=r"the qrels have no judged query \(none of their 1 queries"):
         evaluate(RUN, {"q1": {"d1": 0}}, ["RR@10"])
+
+
+def test_tied_scores_are_ranked_in_the_runs_own_order() -> None:
+    # pytrec_eval alone would put doc_id "c" first among equal scores (doc_id descending).
+    run = Run({"q": [ScoredDoc("a", 1.0), ScoredDoc("b", 1.0), ScoredDoc("c", 1.0)]})
+    scores = evaluate(run, {"q": {"a": 1}}, ["RR@10", "nDCG@10"])
+    assert scores == {"RR@10": 1.0, "nDCG@10": 1.0}
+    flipped = Run({"q": [ScoredDoc("c", 1.0), ScoredDoc("b", 1.0), ScoredDoc("a", 1.0)]})
+    assert evaluate(flipped, {"q": {"a": 1}}, ["RR@10"]) == {"RR@10": pytest.approx(1 / 3)}

@@ -55,12 +55,12 @@ def test_save_replaces_file_and_leaves_no_temp(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.trec"]
 
 
-def test_load_sorts_by_score_then_doc_id(tmp_path: Path) -> None:
+def test_load_sorts_by_score_then_rank(tmp_path: Path) -> None:
     path = tmp_path / "run.trec"
     path.write_text("q1 Q0 b 1 1.0 r\nq1 Q0 c 2 2.0 r\n\nq1 Q0 a 3 1.0 r\nq0 Q0 z 1 5 r\n")
     run = load_run(path)
     assert list(run) == ["q1", "q0"]
-    assert run["q1"] == [ScoredDoc("c", 2.0), ScoredDoc("a", 1.0), ScoredDoc("b", 1.0)]
+    assert run["q1"] == [ScoredDoc("c", 2.0), ScoredDoc("b", 1.0), ScoredDoc("a", 1.0)]  # tie: rank order
     assert run["q0"] == [ScoredDoc("z", 5.0)]
 
 

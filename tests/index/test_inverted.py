@@ -187,3 +187,25 @@ def test_failed_write_leaves_no_half_index(mini_encoding, tmp_path):
     with pytest.raises(ValueError, match="line breaks"):
         BinaryIndex.from_encoding(mini_encoding[:2], ["ok", "bad\nid"], tmp_path / "idx")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_malformed_manifest_entry_and_offsets(saved_index):
+    meta = json.loads((saved_index / "index_meta.json").read_text())
+    meta["files"]["doc_ids.txt"] = "big"
+    (saved_index / "index_meta.json").write_text(json.dumps(meta))
+    with pytest.raises(IndexFormatError, match="the entry for doc_ids.txt is malformed"):
+        InvertedIndex.load(saved_index)
+
+
+def test_decreasing_offsets_are_detected(saved_index):
+    from uhdsearch.index.format import file_digest
+
+    path = saved_index / "bucket_0.indptr.npy"
+    indptr = np.load(path)
+    indptr[5] = indptr[6] + 1
+    np.save(path, indptr)
+    meta = json.loads((saved_index / "index_meta.json").read_text())
+    meta["files"]["bucket_0.indptr.npy"]["sha256"] = file_digest(path)
+    (saved_index / "index_meta.json").write_text(json.dumps(meta))
+    with pytest.raises(IndexFormatError, match="not a valid postings offset array"):
+        InvertedIndex.load(saved_index)

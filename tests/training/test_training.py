@@ -110,3 +110,10 @@ def test_train_rejects_bad_inputs(tiny_encoder, mini_data):
         train(tiny_encoder, docs, [], show_progress=False)
     with pytest.raises(ValueError, match="needs a teacher"):
         train(tiny_encoder, docs, [TrainingPair("q", 0)], TrainingArgs(distill_weight=1.0), show_progress=False)
+
+
+def test_hinge_ignores_cells_marked_as_other_positives():
+    scores = torch.tensor([[0.9, 0.8], [0.1, 0.3]])
+    ignore = torch.tensor([[False, True], [False, False]])  # doc 1 is also relevant to query 0
+    # only q1's negative (0.1) counts: max(0, 1 - 0.3 + 0.1) = 0.8
+    assert torch.isclose(hinge_in_batch(scores, ignore=ignore), torch.tensor(0.8))

@@ -57,15 +57,22 @@ class Backbone(nn.Module):
         directory = resolve_backbone_dir(path)
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+        if not any(directory.glob("*.safetensors")):
+            # Never torch.load a user's pytorch_model.bin: weights must come as safetensors.
+            raise ModelFormatError(f"{directory} has no .safetensors weights; convert the model to safetensors")
+        # safetensors only, and float32 whatever the checkpoint declares (digests and numpy need float32).
+        options = dict(local_files_only=True, use_safetensors=True, dtype=torch.float32)
         try:
             tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-            model = AutoModel.from_pretrained(directory, local_files_only=True, add_pooling_layer=False)
-        except TypeError:  # models without a pooling layer reject add_pooling_layer
-            model = AutoModel.from_pretrained(directory, local_files_only=True)
-        except OSError as exc:
+            try:
+                model = AutoModel.from_pretrained(directory, add_pooling_layer=False, **options)
+            except TypeError:  # models without a pooling layer reject add_pooling_layer
+                model = AutoModel.from_pretrained(directory, **options)
+        except (OSError, ValueError) as exc:
             raise ModelFormatError(f"cannot load a backbone from {directory}: {exc}") from exc
         if not getattr(tokenizer, "is_fast", False):
-            logger.warning("backbone %s has no fast tokenizer; encoding will be slower", directory)
+            raise ModelFormatError(f"{directory} has no fast tokenizer (tokenizer.json); uhdsearch needs one for "
+                                   "character offsets")
         return cls(model, tokenizer)
 
     @property

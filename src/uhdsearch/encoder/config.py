@@ -86,6 +86,8 @@ class EncoderConfig:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any], source: str = "uhd_config.json") -> EncoderConfig:
+        if not isinstance(obj, dict):
+            raise ModelFormatError(f"{source}: expected a JSON object, got {type(obj).__name__}")
         if obj.get("format") != FORMAT:
             raise ModelFormatError(f"{source}: format is {obj.get('format')!r}, expected {FORMAT!r}")
         if obj.get("format_version", 0) > FORMAT_VERSION:
@@ -94,4 +96,7 @@ class EncoderConfig:
                 "upgrade uhdsearch"
             )
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in obj.items() if k in names})
+        try:
+            return cls(**{k: v for k, v in obj.items() if k in names})
+        except (TypeError, ValueError) as exc:
+            raise ModelFormatError(f"{source}: invalid settings: {exc}") from exc

@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "uhd_config.json"
 WTA_FILE = "wta.safetensors"
 Kind = Literal["query", "document"]
+_PLURAL = {"query": "queries", "document": "documents"}
 
 
 class UHDEncoder(nn.Module):
@@ -49,7 +50,6 @@ class UHDEncoder(nn.Module):
 
         Example:
             >>> from uhdsearch.encoder.config import EncoderConfig
-from uhdsearch.encoder.states import TokenStates, compute_token_states
             >>> enc = UHDEncoder.new(config=EncoderConfig(dim=1024, wta_k=8, query_k=None))
             >>> enc.encode_query(["what is sparse retrieval"]).active_per_row()[0, 0] > 0
             True
@@ -89,7 +89,7 @@ from uhdsearch.encoder.states import TokenStates, compute_token_states
         parts: list[list[sp.csr_matrix]] = [[] for _ in self.layers]
         rows = list(range(states.n)) if rows is None else list(rows)
         with torch.inference_mode():
-            for start in tqdm(range(0, len(rows), batch_size), desc=f"encode {kind}s", disable=not show_progress,
+            for start in tqdm(range(0, len(rows), batch_size), desc=f"encode {_PLURAL[kind]}", disable=not show_progress,
                               leave=False):
                 batch = rows[start : start + batch_size]
                 for b, v in enumerate(self.forward_states(states, batch, wta_k=wta_k)):
@@ -113,7 +113,7 @@ from uhdsearch.encoder.states import TokenStates, compute_token_states
         """Backbone states of this encoder's bucket layers, to reuse while the backbone is frozen."""
         max_length = self.config.query_max_length if kind == "query" else self.config.document_max_length
         return compute_token_states(self.backbone, texts, self.layers, max_length, batch_size, show_progress,
-                                    desc=f"backbone {kind}s")
+                                    desc=f"backbone {_PLURAL[kind]}")
 
     def encode_query(
         self,
@@ -143,7 +143,7 @@ from uhdsearch.encoder.states import TokenStates, compute_token_states
         order: list[np.ndarray] = []
         was_training = self.training
         self.eval()
-        bar = tqdm(total=len(texts), desc=f"encode {kind}s", unit=kind[0] + "oc" if kind == "document" else "q",
+        bar = tqdm(total=len(texts), desc=f"encode {_PLURAL[kind]}", unit="doc" if kind == "document" else "query",
                    disable=not show_progress, leave=False)
         try:
             with torch.inference_mode():
@@ -206,6 +206,7 @@ from uhdsearch.encoder.states import TokenStates, compute_token_states
             save_file(tensors, str(Path(tmp) / WTA_FILE))
             meta = self.config.to_json()
             meta["bucket_layers_absolute"] = self.layers
+            self._digest = None  # weights may have changed since the digest was cached
             meta["digest"] = self.digest()
             write_json(Path(tmp) / CONFIG_FILE, meta)
             if model_card:

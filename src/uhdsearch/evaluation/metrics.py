@@ -68,8 +68,10 @@ def per_query(run: Run, qrels: Qrels, measures: Sequence[str] = DEFAULT_MEASURES
             "nothing to evaluate"
         )
     judged_set = set(judged)
+    # Scores from rank: ir_measures' providers re-break tied scores each their own way (pytrec_eval by
+    # doc_id descending), which would ignore the run's own tie rule.
     run_dict = {
-        q: {hit.doc_id: float(hit.score) for hit in hits}
+        q: {hit.doc_id: float(len(hits) - rank) for rank, hit in enumerate(hits)}
         for q, hits in run.results.items()
         if q in judged_set and hits
     }

@@ -61,8 +61,8 @@ def format_run(run: Run, name: str | None = None) -> str:
 def load_run(path: str | os.PathLike) -> Run:
     """Read a TREC run file.
 
-    Each query's hits are sorted by score descending, then doc_id ascending, whatever the rank column
-    says (as trec_eval also ignores it). The run name is taken from the first line.
+    Each query's hits are sorted by score descending, then by the rank column (then doc_id), so tied
+    scores keep the order the system wrote. The run name is taken from the first line.
 
     Args:
         path: File to read. Blank lines are skipped.
@@ -100,7 +100,7 @@ def load_run(path: str | os.PathLike) -> Run:
                 )
             query_id, _, doc_id, rank_text, score_text, tag = fields
             try:
-                int(rank_text)
+                rank = int(rank_text)
             except ValueError:
                 raise DataFormatError(f"{path}:{line_no}: rank must be an integer, got {rank_text!r}") from None
             try:
@@ -118,9 +118,12 @@ def load_run(path: str | os.PathLike) -> Run:
             first_line[key] = line_no
             if name is None:
                 name = tag
-            results.setdefault(query_id, []).append(ScoredDoc(doc_id, score))
-    for hits in results.values():
-        hits.sort(key=lambda hit: (-hit.score, hit.doc_id))
+            results.setdefault(query_id, []).append((score, rank, doc_id))
+    ordered = {}
+    for query_id, rows in results.items():
+        rows.sort(key=lambda row: (-row[0], row[1], row[2]))  # ties keep the file's rank order
+        ordered[query_id] = [ScoredDoc(doc_id, score) for score, _, doc_id in rows]
+    results = ordered
     return Run(results=results, name=name if name is not None else Run().name)
 
 

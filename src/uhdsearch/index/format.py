@@ -94,6 +94,8 @@ def read_meta(directory: Path, verify: bool | None = None) -> dict[str, Any]:
         if not isinstance(meta.get(key), int) or meta[key] < 0:
             raise IndexFormatError(f"{meta_path}: {key} is {meta.get(key)!r}, expected a non-negative integer")
     files = meta.get("files") or {}
+    if not isinstance(files, dict):
+        raise IndexFormatError(f"{meta_path}: 'files' should map file names to sizes and checksums")
     expected = all_files(meta["n_buckets"], meta["variant"])
     total = 0
     for name in expected:
@@ -104,7 +106,10 @@ def read_meta(directory: Path, verify: bool | None = None) -> dict[str, Any]:
             raise IndexFormatError(f"{meta_path} does not list {name}")
         size = path.stat().st_size
         total += size
-        if size != files[name]["bytes"]:
+        entry = files[name]
+        if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) or "sha256" not in entry:
+            raise IndexFormatError(f"{meta_path}: the entry for {name} is malformed ({entry!r})")
+        if size != entry["bytes"]:
             raise IndexFormatError(
                 f"index file {path} has {size} bytes, the manifest says {files[name]['bytes']}: truncated or altered"
             )

@@ -205,6 +205,9 @@ def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: b
     if indptr.ndim != 1 or indptr.shape[0] != dim + 1 or indptr.dtype != np.int64:
         raise IndexFormatError(f"{directory / files['indptr']} should be ({dim + 1},) int64, got "
                                f"{indptr.shape} {indptr.dtype}")
+    if indptr.shape[0] and (indptr[0] != 0 or np.any(np.diff(indptr) < 0)):
+        raise IndexFormatError(f"{directory / files['indptr']} is not a valid postings offset array "
+                               "(must start at 0 and never decrease)")
     if docs.ndim != 1 or docs.dtype != np.int32 or (indptr.shape[0] and indptr[-1] != docs.shape[0]):
         raise IndexFormatError(f"{directory / files['docs']} has {docs.shape[0]} postings of dtype {docs.dtype}; "
                                f"{files['indptr']} implies {int(indptr[-1])} int32")

@@ -116,6 +116,9 @@ def train(
     frozen = args.train_backbone_layers == 0
     model.backbone.set_trainable_layers(args.train_backbone_layers)
     negative_of = {id(p): n for p, n in zip(pairs, hard_negatives)} if hard_negatives is not None else {}
+    positives: dict[str, set[int]] = {}
+    for p in pairs:
+        positives.setdefault(p.query, set()).add(p.doc_row)
     query_states = None
     if frozen:
         if document_states is None:
@@ -146,6 +149,8 @@ def train(
     micro = 0
     done = False
     for epoch in range(n_epochs):
+        optimizer.zero_grad(set_to_none=True)  # a partial accumulation never leaks into the next epoch
+        micro = 0
         for batch in unique_document_batches(pairs, args.batch_size, args.seed + epoch):
             rows = [p.doc_row for p in batch]
             extra = [negative_of.get(id(p)) for p in batch]
@@ -160,7 +165,10 @@ def train(
                 texts = [remove_span(documents[p.doc_row].full_text, p.drop) for p in batch]
                 d = model(texts + [documents[r].full_text for r in extra], "document")
             scores = model.relevance(q, d)
-            loss = hinge_in_batch(scores, args.margin)
+            columns = rows + extra
+            ignore = torch.tensor([[j != i and columns[j] in positives[p.query] for j in range(len(columns))]
+                                   for i, p in enumerate(batch)])
+            loss = hinge_in_batch(scores, args.margin, ignore)
             if args.distill_weight > 0:
                 target = teacher.scores([p.query for p in batch], rows + extra)
                 loss = loss + args.distill_weight * distillation(scores, target, args.student_temperature,
