@@ -72,7 +72,7 @@ class DenseRetriever:
         return mean_pool(states, self.backbone.n_layers)
 
     def search(self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000) -> Run:
-        if not isinstance(k, (int, np.integer)) or k <= 0:
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
             raise ValueError(f"k={k!r} must be a positive integer")
         queries = as_queries(queries)
         run = Run(name=self.name)

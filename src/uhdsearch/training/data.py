@@ -59,8 +59,9 @@ def ict_pairs(
     pairs = []
     for row, document in enumerate(documents):
         text = document.full_text
-        spans = [s for s in split_sentences(text) if len(text[s[0]:s[1]].split()) >= min_words]
-        if len(split_sentences(text)) < 3 or not spans:
+        sentences = split_sentences(text)
+        spans = [s for s in sentences if len(text[s[0]:s[1]].split()) >= min_words]
+        if len(sentences) < 3 or not spans:
             continue
         for start, end in rng.sample(spans, min(per_document, len(spans))):
             pairs.append(TrainingPair(text[start:end], row, (start, end)))
