@@ -295,6 +295,8 @@ def _model_card(data: BeirData, recipe: Recipe, trained) -> str:
              "Backbone frozen; WTA head trained with the hinge loss over in-batch negatives (paper Eq. 8).", "",
              "| setting | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in asdict(recipe).items()]
-    lines += ["", f"Steps: {trained.steps}; seconds: {trained.seconds:.0f}.",
+    kept = (f"; dev early stopping kept the weights of step {trained.best_step} (dev nDCG@10 {trained.best_score:.4f}"
+            f"{', i.e. the untrained head' if trained.best_step == 0 else ''})" if trained.best_step is not None else "")
+    lines += ["", f"Steps: {trained.steps}; seconds: {trained.seconds:.0f}{kept}.",
               "Metrics: see results.json beside this directory."]
     return "\n".join(lines) + "\n"
