@@ -11,11 +11,13 @@ from uhdsearch.encoder.wta import WTALayer
 class Buckets(nn.Module):
     """WTA layers keyed by absolute backbone layer ("2", "4", "6")."""
 
-    def __init__(self, layers: list[int], hidden: int, dim: int, weight_sparsity: float, seed: int) -> None:
+    def __init__(self, layers: list[int], hidden: int, dim: int, weight_sparsity: float, seed: int,
+                 initialize: bool = True) -> None:
         super().__init__()
         self.layers = list(layers)
         self.wta = nn.ModuleDict(
-            {str(layer): WTALayer(hidden, dim, weight_sparsity, seed=seed + i) for i, layer in enumerate(layers)}
+            {str(layer): WTALayer(hidden, dim, weight_sparsity, seed=seed + i, initialize=initialize)
+             for i, layer in enumerate(layers)}
         )
 
     def forward(

@@ -34,14 +34,15 @@ _PLURAL = {"query": "queries", "document": "documents"}
 class UHDEncoder(nn.Module):
     """The UHD-BERT encoder (paper §3.2-3.5): shared weights for queries and documents."""
 
-    def __init__(self, backbone: Backbone, config: EncoderConfig) -> None:
+    def __init__(self, backbone: Backbone, config: EncoderConfig, initialize: bool = True) -> None:
         super().__init__()
         self.backbone = backbone
         self.config = config
         self.layers = [backbone.resolve_layer(layer) for layer in config.bucket_layers]
         if len(set(self.layers)) != len(self.layers):
             raise ValueError(f"bucket_layers {list(config.bucket_layers)} name the same layer twice")
-        self.buckets = Buckets(self.layers, backbone.hidden_size, config.dim, config.weight_sparsity, config.seed)
+        self.buckets = Buckets(self.layers, backbone.hidden_size, config.dim, config.weight_sparsity, config.seed,
+                               initialize)
         self._digest: str | None = None
 
     @classmethod
@@ -236,7 +237,7 @@ class UHDEncoder(nn.Module):
             if bad:
                 raise TypeError(f"cannot override {sorted(bad)} at load time; allowed: {sorted(allowed)}")
             config = config.replace(**overrides)
-        encoder = cls(Backbone.from_pretrained(directory), config)
+        encoder = cls(Backbone.from_pretrained(directory), config, initialize=False)
         if not (directory / WTA_FILE).is_file():
             raise ModelFormatError(f"{directory} has no {WTA_FILE}")
         try:

@@ -43,8 +43,14 @@ class WTALayer(nn.Module):
     weight: (dim, hidden) float32, zero wherever mask is False; mask: (dim, hidden) bool.
     """
 
-    def __init__(self, hidden: int, dim: int, weight_sparsity: float = 0.7, seed: int = 0) -> None:
+    def __init__(self, hidden: int, dim: int, weight_sparsity: float = 0.7, seed: int = 0,
+                 initialize: bool = True) -> None:
         super().__init__()
+        if not initialize:  # weights come from a file next (from_pretrained): skip the random draws
+            self.weight = nn.Parameter(torch.zeros(dim, hidden))
+            self.bias = nn.Parameter(torch.zeros(dim))
+            self.register_buffer("mask", torch.zeros(dim, hidden, dtype=torch.bool), persistent=True)
+            return
         generator = torch.Generator().manual_seed(seed)
         n_zero = int(round(weight_sparsity * hidden))
         # Each output unit keeps exactly hidden - n_zero randomly chosen inputs.
