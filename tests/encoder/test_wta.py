@@ -88,3 +88,16 @@ def test_centering_makes_the_mean_state_project_to_zero():
     layer.bias.data.zero_()
     _, winners_before = layer(states, 5)
     assert winners_after.unique().numel() > 2 * winners_before.unique().numel()
+
+
+def test_cached_low_precision_weight_follows_weight_updates():
+    layer = WTALayer(hidden=16, dim=256, seed=3)
+    tokens = torch.randn(5, 16)
+    with torch.no_grad():
+        before = layer(tokens, 8, torch.bfloat16)
+        layer.weight.mul_(-1.0)  # an optimizer step also bumps the version counter
+        after = layer(tokens, 8, torch.bfloat16)
+    assert not torch.equal(before[1].sort(dim=1).values, after[1].sort(dim=1).values)
+    fresh = torch.topk(torch.addmm(layer.bias.bfloat16(), tokens.bfloat16(), layer.weight.detach().bfloat16().t()),
+                       8, dim=1).indices
+    assert torch.equal(after[1].sort(dim=1).values, fresh.sort(dim=1).values)
