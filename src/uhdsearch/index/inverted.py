@@ -10,12 +10,12 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.errors import DataFormatError, IndexFormatError
+from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
 from uhdsearch.index import format as fmt
 from uhdsearch.io import atomic_directory, load_npy, save_npy, write_json
 from uhdsearch.sparse import SparseEncoding
@@ -175,6 +175,48 @@ class InvertedIndex:
             out.append(csc.tocsr())
         return SparseEncoding(out)
 
+    # ------------------------------------------------------------------ search
+    def search_encoded(
+        self,
+        queries: SparseEncoding,
+        k: int,
+        bucket_weights: Sequence[float],
+        scoring: Literal["binary", "weighted"],
+        deleted: np.ndarray | None = None,
+        n_threads: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k of every query row (Eq. 7 summed over buckets with `bucket_weights`).
+
+        Args:
+            queries: encoded queries, one bucket per index bucket, same dim.
+            k: result depth, > 0.
+            scoring: "binary" counts shared active dims; "weighted" sums query x document values.
+            deleted: optional (n_documents,) bool mask of documents never returned.
+            n_threads: threads for the kernels (default: numba's current setting).
+        Returns:
+            numbers (n_queries, min(k, n_documents)) int64 and scores of the same shape float64, sorted by
+            score descending then doc number ascending; only positive scores; rows padded with -1 and 0.
+        Raises:
+            DimensionMismatchError: queries of another dim or bucket count.
+            ValueError: bad k, weights, scoring, mask or thread count.
+        """
+        _check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
+        from uhdsearch.search.scoring import score_query
+        from uhdsearch.search.topk import top_k
+
+        depth = min(int(k), self.n_documents)
+        numbers = np.full((queries.n, depth), -1, np.int64)
+        scores = np.zeros((queries.n, depth), np.float64)
+        for row in range(queries.n):
+            total = score_query(self.postings, queries, row, self.n_documents, bucket_weights, scoring)
+            if deleted is not None:
+                total[deleted] = 0.0
+            if depth:
+                top, _ = top_k(total, depth)
+                numbers[row, :top.shape[0]] = top
+                scores[row, :top.shape[0]] = total[top]
+        return numbers, scores
+
     def document_frequencies(self, bucket: int = 0) -> np.ndarray:
         """(dim,) int64 number of documents in which each dimension is active."""
         return np.diff(self.postings[bucket].indptr)
@@ -218,6 +260,29 @@ def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: b
     if docs.shape[0] and (int(docs.max()) >= n_docs or int(docs.min()) < 0):
         raise IndexFormatError(f"{directory / files['docs']} names documents outside 0..{n_docs - 1}")
     return Postings(indptr, docs, weights)
+
+
+def _check_search_args(index, queries, k, bucket_weights, scoring, deleted, n_threads) -> None:
+    if not isinstance(queries, SparseEncoding):
+        raise TypeError(f"queries must be a SparseEncoding, got {type(queries).__name__}")
+    if queries.dim != index.dim:
+        raise DimensionMismatchError(f"the queries have dim={queries.dim} but the index has dim={index.dim}")
+    if queries.n_buckets != index.n_buckets:
+        raise DimensionMismatchError(f"the queries have {queries.n_buckets} buckets but the index has {index.n_buckets}")
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
+        raise ValueError(f"k={k!r} must be a positive integer")
+    if len(bucket_weights) != index.n_buckets:
+        raise ValueError(f"{len(bucket_weights)} bucket weights for {index.n_buckets} buckets")
+    if scoring not in ("binary", "weighted"):
+        raise ValueError(f"scoring={scoring!r}; choose 'binary' or 'weighted'")
+    if scoring == "weighted" and index.variant != "weighted":
+        raise ValueError("weighted scoring needs a weighted index; build one with WeightedIndex")
+    if deleted is not None:
+        deleted = np.asarray(deleted)
+        if deleted.dtype != np.bool_ or deleted.shape != (index.n_documents,):
+            raise ValueError(f"deleted must be a ({index.n_documents},) bool mask, got {deleted.shape} {deleted.dtype}")
+    if n_threads is not None and (not isinstance(n_threads, (int, np.integer)) or n_threads < 1):
+        raise ValueError(f"n_threads={n_threads!r} must be a positive integer or None")
 
 
 def _check_unique(doc_ids: Sequence[str]) -> None:

@@ -12,7 +12,6 @@ from tqdm.auto import tqdm
 from uhdsearch.errors import DimensionMismatchError
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.search.scoring import Scoring, score_query
-from uhdsearch.search.topk import top_k
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Query, Run, ScoredDoc, as_queries
 
@@ -96,14 +95,19 @@ class Searcher:
         if not queries:
             return run
         encoded = self.encode(queries)
-        n_docs = self.index.n_documents
-        for row, query in enumerate(tqdm(queries, desc="search", disable=not show_progress, leave=False)):
-            if not query.text.strip():
-                run.results[query.query_id] = []
-                continue
-            scores = score_query(self.index.postings, encoded, row, n_docs, self.bucket_weights, self.scoring)
-            docs, values = top_k(scores, k)
-            run.results[query.query_id] = [ScoredDoc(self.index.doc_ids[d], float(s)) for d, s in zip(docs, values)]
+        doc_ids = self.index.doc_ids
+        batch = 256  # bounds result memory and lets the progress bar move
+        for start in tqdm(range(0, len(queries), batch), desc="search", disable=not show_progress, leave=False):
+            part = queries[start:start + batch]
+            numbers, scores = self.index.search_encoded(encoded[start:start + len(part)], k, self.bucket_weights,
+                                                        self.scoring)
+            for row, query in enumerate(part):
+                if not query.text.strip():
+                    run.results[query.query_id] = []
+                    continue
+                hits = numbers[row] >= 0
+                run.results[query.query_id] = [ScoredDoc(doc_ids[d], float(s))
+                                               for d, s in zip(numbers[row, hits], scores[row, hits])]
         return run
 
     def rerank(self, queries: Mapping[str, str] | Sequence[Query], candidates: Run, k: int = 1000) -> Run:
