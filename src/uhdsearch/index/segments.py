@@ -1,0 +1,595 @@
+"""SegmentedIndex: an updatable index of immutable segments, per-segment deletions and commit points (Lucene-style).
+
+Directory layout (file names in `uhdsearch.index.commit`):
+    commit_<generation>.json   the segments, their deletion files, doc counts, a checksum of itself
+    seg_<n>/                   one immutable index directory as written by `InvertedIndex.from_encoding`
+    seg_<n>.del_<generation>.npy   packed-bit deletion mask of seg_<n>, a new file per generation
+    write.lock                 held (fcntl) by the single writer
+Global doc numbers are the segments' internal numbers concatenated in commit order, uncommitted additions last.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
+from uhdsearch.index import commit as cp
+from uhdsearch.index import format as fmt
+from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
+from uhdsearch.sparse import SparseEncoding
+
+logger = logging.getLogger(__name__)
+
+OPEN_RETRIES = 5  # a concurrent writer may remove an old commit while a reader is opening it
+
+
+@dataclass
+class _Segment:
+    name: str
+    index: InvertedIndex
+    deleted: np.ndarray  # (n_documents,) bool; replaced, never modified, once committed
+    deletions: dict[str, str] | None  # {"file", "sha256"} of the committed deletion file
+    meta_sha256: str
+    dirty: bool = False  # deletions changed since the last commit
+
+    @property
+    def n_live(self) -> int:
+        return self.index.n_documents - int(self.deleted.sum())
+
+
+class SegmentedIndex:
+    """An index that takes additions and deletions by doc id without a rebuild, safe against kill -9.
+
+    Changes become visible to new readers only at `commit()`; this instance sees its own changes at once.
+    A crash at any moment leaves the last commit loadable; leftovers of the interrupted write are ignored
+    and removed by the next writer. The previous commit is kept on disk as a fallback until the next one.
+
+    Example:
+        >>> # index = SegmentedIndex.create("indexes/live", "binary", dim=32768, n_buckets=1)
+        >>> # index.add(model.encode_document(texts), doc_ids); index.commit()
+        >>> # index.delete(["d7"]); index.commit(); index.merge()
+    """
+
+    def __init__(
+        self, directory: Path, body: dict[str, Any], segments: list[_Segment], lock: cp.WriteLock | None,
+        max_segments: int | None,
+    ) -> None:
+        self.path = directory
+        self._body = body
+        self._segments = segments
+        self._lock = lock
+        self.max_segments = _check_max_segments(max_segments, "max_segments", allow_none=True)
+        self._next_segment = max(body["next_segment"], cp.max_segment_number(directory) + 1)
+        self._chunks: list[SparseEncoding] = []  # uncommitted additions ...
+        self._buffer: dict[str, tuple[int, int]] = {}  # ... doc_id -> (chunk, row), in insertion order
+        self._where: dict[str, tuple[int, int]] | None = None  # doc_id -> (segment position, row)
+        self._pending = False
+        self._doc_ids: list[str | None] | None = None
+        self._buffer_index: InvertedIndex | None = None
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def create(
+        cls, path: str | os.PathLike, variant: fmt.Variant, dim: int, n_buckets: int,
+        encoder_digest: str | None = None, max_segments: int | None = None,
+    ) -> SegmentedIndex:
+        """Make an empty index (generation 1) and return it open for writing.
+
+        Args:
+            variant: "binary" or "weighted" (posting weights stored).
+            max_segments: when set, `commit` merges as soon as there are more segments than this.
+        Raises:
+            FileExistsError: `path` exists and is not empty.
+            ValueError: bad variant, dim or n_buckets.
+        """
+        if variant not in fmt.VARIANTS:
+            raise ValueError(f"variant={variant!r}; choose one of {fmt.VARIANTS}")
+        for name, value in (("dim", dim), ("n_buckets", n_buckets)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        directory = Path(path)
+        if directory.exists() and any(p.name != cp.LOCK_FILE for p in directory.iterdir()):
+            raise FileExistsError(f"{directory} already exists and is not empty; choose a new path or "
+                                  "open it with SegmentedIndex.open")
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = cp.WriteLock(directory)
+        body = {"generation": 1, "variant": variant, "dim": int(dim), "n_buckets": int(n_buckets),
+                "encoder_digest": encoder_digest, "next_segment": 0, "n_documents": 0, "segments": []}
+        try:
+            cp.write_commit(directory, body)
+        except BaseException:
+            lock.release()
+            raise
+        return cls(directory, body, [], lock, max_segments)
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike, writable: bool = False, mmap: bool | None = None, verify: bool | None = None,
+        max_segments: int | None = None,
+    ) -> SegmentedIndex:
+        """Open the newest commit that validates (falling back to an older one with a warning).
+
+        Args:
+            writable: take the single-writer lock so that add/delete/commit/merge are allowed.
+            mmap, verify: passed to `InvertedIndex.load` for every segment.
+            max_segments: when set, `commit` merges as soon as there are more segments than this.
+        Raises:
+            FileNotFoundError: no such directory.
+            IndexFormatError: no commit, or none whose files are all present and pass their checksums.
+            IndexLockedError: writable=True while another writer holds the lock.
+        """
+        directory = Path(path)
+        if not directory.is_dir():
+            raise FileNotFoundError(f"no index directory at {directory}")
+        lock = cp.WriteLock(directory) if writable else None
+        try:
+            body, segments = _open_newest(directory, mmap, verify)
+            if lock is not None:
+                _remove(cp.leftovers(directory, _referenced_by_any_commit(directory)))
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        return cls(directory, body, segments, lock, max_segments)
+
+    def close(self) -> None:
+        """Release the write lock; uncommitted changes are discarded with a warning."""
+        if self._lock is not None:
+            if self._pending:
+                warnings.warn(f"closing {self.path} discards uncommitted changes; call commit() first",
+                              stacklevel=2)
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> SegmentedIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def variant(self) -> fmt.Variant:
+        return self._body["variant"]
+
+    @property
+    def dim(self) -> int:
+        return self._body["dim"]
+
+    @property
+    def n_buckets(self) -> int:
+        return self._body["n_buckets"]
+
+    @property
+    def encoder_digest(self) -> str | None:
+        return self._body["encoder_digest"]
+
+    @property
+    def generation(self) -> int:
+        """Generation of the commit this instance was opened at or last wrote."""
+        return self._body["generation"]
+
+    @property
+    def n_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def n_documents(self) -> int:
+        """Live documents, uncommitted changes included."""
+        return sum(s.n_live for s in self._segments) + len(self._buffer)
+
+    @property
+    def doc_ids(self) -> list[str | None]:
+        """External id per global doc number; None where that document is deleted (never returned by search)."""
+        if self._doc_ids is None:
+            out: list[str | None] = []
+            for s in self._segments:
+                out.extend(None if gone else d for d, gone in zip(s.index.doc_ids, s.deleted.tolist()))
+            out.extend(self._buffer)
+            self._doc_ids = out
+        return self._doc_ids
+
+    def __repr__(self) -> str:
+        return (f"SegmentedIndex({str(self.path)!r}, generation={self.generation}, n_documents={self.n_documents}, "
+                f"n_segments={self.n_segments}, variant={self.variant!r})")
+
+    # ------------------------------------------------------------------ changes
+    def add(self, encoding: SparseEncoding, doc_ids: Sequence[str], replace: bool = False) -> None:
+        """Add encoded documents; row i of `encoding` is `doc_ids[i]`. Visible to readers after `commit()`.
+
+        Args:
+            replace: a doc_id that is already live is deleted first (like Lucene's updateDocument).
+        Raises:
+            DimensionMismatchError: the encoding's dim or bucket count differs from the index's.
+            DataFormatError: duplicate ids in `doc_ids`, or ids already live while replace=False.
+        """
+        self._check_writable()
+        if not isinstance(encoding, SparseEncoding):
+            raise TypeError(f"encoding must be a SparseEncoding, got {type(encoding).__name__}")
+        if encoding.dim != self.dim or encoding.n_buckets != self.n_buckets:
+            raise DimensionMismatchError(
+                f"the documents have dim={encoding.dim} and {encoding.n_buckets} buckets but the index has "
+                f"dim={self.dim} and {self.n_buckets} buckets; encode them with the index's encoder"
+            )
+        doc_ids = [str(d) for d in doc_ids]
+        if len(doc_ids) != encoding.n:
+            raise ValueError(f"{len(doc_ids)} doc_ids for {encoding.n} encoded documents")
+        if any("\n" in d or "\r" in d for d in doc_ids):
+            raise ValueError("doc_ids may not contain line breaks")
+        if len(set(doc_ids)) != len(doc_ids):
+            seen: set[str] = set()
+            twice = [d for d in doc_ids if d in seen or seen.add(d)]
+            raise DataFormatError(f"duplicate doc_ids in one add: {twice[:5]}; every document needs a unique id")
+        present = self._present(doc_ids)
+        if present and not replace:
+            raise DataFormatError(f"{len(present)} doc_ids are already in the index, e.g. {present[:5]}; pass "
+                                  "replace=True to replace them, or delete them first")
+        if not doc_ids:
+            return
+        self._delete_live(present)
+        chunk = len(self._chunks)
+        self._chunks.append(encoding)
+        for row, d in enumerate(doc_ids):
+            self._buffer[d] = (chunk, row)
+        self._changed()
+
+    def delete(self, doc_ids: Sequence[str], missing_ok: bool = False) -> int:
+        """Delete documents by doc id; returns how many were deleted. Visible to readers after `commit()`.
+
+        Raises:
+            ValueError: some ids are not live in the index (all are listed) and missing_ok is False.
+        """
+        self._check_writable()
+        if isinstance(doc_ids, str):
+            raise TypeError("doc_ids must be a list of ids, not one string")
+        ids = list(dict.fromkeys(str(d) for d in doc_ids))
+        present = self._present(ids)
+        if len(present) != len(ids) and not missing_ok:
+            known = set(present)
+            missing = [d for d in ids if d not in known]
+            raise ValueError(f"{len(missing)} doc_ids are not in the index: {missing}; pass missing_ok=True to "
+                             "ignore unknown ids")
+        self._delete_live(present)
+        if present:
+            self._changed()
+        return len(present)
+
+    def commit(self) -> int:
+        """Make every change durable and visible to new readers; returns the new generation.
+
+        Writes the added documents as a new segment and changed deletions as new files, fsyncs them, then
+        writes commit_<generation>.json atomically. Merges first when there are more than `max_segments`.
+        """
+        self._check_writable()
+        self._flush()
+        if self.max_segments is not None and len(self._segments) > self.max_segments:
+            self._merge(self.max_segments)
+        return self._write_commit()
+
+    def merge(self, max_segments: int = 1) -> int:
+        """Rewrite live documents so that at most `max_segments` segments remain, then commit.
+
+        With more segments than that, the contiguous run of segments with the fewest live documents is merged
+        into one (global order kept); otherwise each segment with deletions is rewritten without them.
+        Old segments are removed only after the new commit is durable. Returns the new generation.
+        """
+        self._check_writable()
+        max_segments = _check_max_segments(max_segments, "max_segments", allow_none=False)
+        self._flush()
+        self._merge(max_segments)
+        return self._write_commit()
+
+    # ------------------------------------------------------------------ search
+    def search_encoded(
+        self,
+        queries: SparseEncoding,
+        k: int,
+        bucket_weights: Sequence[float],
+        scoring: Literal["binary", "weighted"],
+        deleted: np.ndarray | None = None,
+        n_threads: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k over all live documents, in global doc numbers (same contract as InvertedIndex's).
+
+        Returns:
+            numbers (n_queries, min(k, n_documents)) int64 and scores of the same shape float64, score
+            descending then global doc number ascending; positive scores only; rows padded with -1 and 0.
+        """
+        self._check_search_args(queries, k, bucket_weights, scoring, deleted)
+        depth = min(int(k), self.n_documents)
+        numbers_parts, scores_parts = [], []
+        offset = 0
+        for index, mask in self._parts():
+            n = index.n_documents
+            if deleted is not None:
+                mask = mask | deleted[offset:offset + n]
+            if not mask.all():
+                numbers, scores = index.search_encoded(queries, k, bucket_weights, scoring,
+                                                       deleted=mask if mask.any() else None, n_threads=n_threads)
+                numbers_parts.append(np.where(numbers >= 0, numbers + offset, -1))
+                scores_parts.append(scores)
+            offset += n
+        return _merge_top(numbers_parts, scores_parts, queries.n, depth)
+
+    def document_frequencies(self, bucket: int = 0) -> np.ndarray:
+        """(dim,) int64 number of live documents in which each dimension is active."""
+        total = np.zeros(self.dim, np.int64)
+        for index, mask in self._parts():
+            total += np.asarray(index.document_frequencies(bucket), dtype=np.int64)
+            if mask.any():
+                gone = index.document_vectors().buckets[bucket][np.flatnonzero(mask)]
+                total -= np.bincount(gone.indices, minlength=self.dim)
+        return total
+
+    # ------------------------------------------------------------------ internals
+    def _check_writable(self) -> None:
+        if self._lock is None:
+            raise cp.IndexLockedError(f"{self.path} is open read-only (or closed); open it with "
+                                      "SegmentedIndex.open(path, writable=True) to change it")
+
+    def _check_search_args(self, queries, k, bucket_weights, scoring, deleted) -> None:
+        if not isinstance(queries, SparseEncoding):
+            raise TypeError(f"queries must be a SparseEncoding, got {type(queries).__name__}")
+        if queries.dim != self.dim or queries.n_buckets != self.n_buckets:
+            raise DimensionMismatchError(f"the queries have dim={queries.dim} and {queries.n_buckets} buckets but "
+                                         f"the index has dim={self.dim} and {self.n_buckets} buckets")
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
+            raise ValueError(f"k={k!r} must be a positive integer")
+        if len(bucket_weights) != self.n_buckets:
+            raise ValueError(f"{len(bucket_weights)} bucket weights for {self.n_buckets} buckets")
+        if scoring not in ("binary", "weighted"):
+            raise ValueError(f"scoring={scoring!r}; choose 'binary' or 'weighted'")
+        if scoring == "weighted" and self.variant != "weighted":
+            raise ValueError("weighted scoring needs a weighted index; create one with variant='weighted'")
+        if deleted is not None and (np.asarray(deleted).dtype != np.bool_
+                                    or np.shape(deleted) != (len(self.doc_ids),)):
+            raise ValueError(f"deleted must be a ({len(self.doc_ids)},) bool mask over global doc numbers, got "
+                             f"{np.shape(deleted)} {np.asarray(deleted).dtype}")
+
+    def _parts(self) -> list[tuple[InvertedIndex, np.ndarray]]:
+        """(index, deleted mask) per segment in global order, the uncommitted additions last."""
+        parts = [(s.index, s.deleted) for s in self._segments]
+        if self._buffer:
+            if self._buffer_index is None:
+                encoding, ids = self._buffer_encoding()
+                self._buffer_index = _index_class(self.variant).from_encoding(encoding, ids, None,
+                                                                              encoder_digest=self.encoder_digest)
+            parts.append((self._buffer_index, np.zeros(len(self._buffer), np.bool_)))
+        return parts
+
+    def _locations(self) -> dict[str, tuple[int, int]]:
+        if self._where is None:
+            where: dict[str, tuple[int, int]] = {}
+            for position, s in enumerate(self._segments):
+                for row, (d, gone) in enumerate(zip(s.index.doc_ids, s.deleted.tolist())):
+                    if gone:
+                        continue
+                    if d in where:
+                        other = self._segments[where[d][0]].name
+                        raise IndexFormatError(f"doc_id {d!r} is live in both {other} and {s.name} of "
+                                               f"{self.path}: the index is corrupted")
+                    where[d] = (position, row)
+            self._where = where
+        return self._where
+
+    def _present(self, doc_ids: Sequence[str]) -> list[str]:
+        where = self._locations()
+        return [d for d in doc_ids if d in where or d in self._buffer]
+
+    def _delete_live(self, doc_ids: Sequence[str]) -> None:
+        where = self._locations()
+        for d in doc_ids:
+            if d in self._buffer:
+                del self._buffer[d]
+                continue
+            position, row = where.pop(d)
+            s = self._segments[position]
+            if not s.dirty:  # copy on write: the committed mask may be shared with a search in progress
+                s.deleted = s.deleted.copy()
+                s.dirty = True
+            s.deleted[row] = True
+
+    def _changed(self) -> None:
+        self._pending = True
+        self._doc_ids = None
+        self._buffer_index = None
+
+    def _buffer_encoding(self) -> tuple[SparseEncoding, list[str]]:
+        starts = np.cumsum([0] + [c.n for c in self._chunks])
+        rows = np.array([starts[c] + r for c, r in self._buffer.values()], dtype=np.int64)
+        return SparseEncoding.concat(self._chunks)[rows], list(self._buffer)
+
+    def _new_segment(self, encoding: SparseEncoding, doc_ids: list[str]) -> _Segment:
+        name = cp.segment_name(self._next_segment)
+        self._next_segment += 1
+        directory = self.path / name
+        index = _index_class(self.variant).from_encoding(encoding, doc_ids, directory,
+                                                         encoder_digest=self.encoder_digest)
+        cp.fsync_tree(directory)
+        return _Segment(name, index, np.zeros(len(doc_ids), np.bool_), None,
+                        cp.sha256(directory / fmt.META_FILE))
+
+    def _flush(self) -> None:
+        """Write uncommitted additions as one new segment (not yet named by any commit)."""
+        if self._buffer:
+            encoding, ids = self._buffer_encoding()
+            self._segments.append(self._new_segment(encoding, ids))
+        self._chunks, self._buffer = [], {}
+        self._where = None
+        self._changed()
+
+    def _merge(self, max_segments: int) -> None:
+        segments = [s for s in self._segments if s.n_live > 0]
+        if len(segments) > max_segments:
+            width = len(segments) - max_segments + 1
+            live = np.array([s.n_live for s in segments])
+            costs = np.convolve(live, np.ones(width, np.int64), mode="valid")  # live docs per window
+            start = int(np.argmin(costs))
+            groups = [list(range(start, start + width))]
+        else:
+            groups = [[i] for i, s in enumerate(segments) if s.deleted.any()]
+        replaced: dict[int, _Segment | None] = {}
+        for group in groups:
+            encodings, ids = [], []
+            for s in (segments[i] for i in group):
+                rows = np.flatnonzero(~s.deleted)
+                encodings.append(s.index.document_vectors()[rows])
+                ids.extend(s.index.doc_ids[r] for r in rows)
+            merged = self._new_segment(SparseEncoding.concat(encodings), ids)
+            replaced.update({i: None for i in group})
+            replaced[group[0]] = merged
+        self._segments = [replaced.get(i, s) for i, s in enumerate(segments)]
+        self._segments = [s for s in self._segments if s is not None]
+        self._where = None
+        self._changed()
+
+    def _write_commit(self) -> int:
+        # Never reuse a generation on disk, not even that of a corrupt commit file.
+        generation = max(cp.list_generations(self.path)[:1] + [self.generation]) + 1
+        kept, entries = [], []
+        for s in self._segments:
+            if s.n_live == 0:
+                continue  # a fully deleted segment is dropped
+            if s.dirty:
+                s.deletions = None
+                if s.deleted.any():
+                    file = cp.deletions_name(s.name, generation)
+                    s.deletions = {"file": file, "sha256": cp.write_deletions(self.path / file, s.deleted)}
+            entries.append({"name": s.name, "n_documents": s.index.n_documents, "n_deleted": int(s.deleted.sum()),
+                            "meta_sha256": s.meta_sha256, "deletions": s.deletions})
+            kept.append(s)
+        body = {"generation": generation, "variant": self.variant, "dim": self.dim, "n_buckets": self.n_buckets,
+                "encoder_digest": self.encoder_digest, "next_segment": self._next_segment,
+                "n_documents": sum(s.n_live for s in kept), "segments": entries}
+        cp.write_commit(self.path, body)
+        # Durable from here on. Keep the previous commit as a fallback; everything else may go.
+        previous, self._body = self._body, body
+        for s in kept:
+            s.dirty = False
+        self._segments = kept
+        self._where = None
+        self._changed()
+        self._pending = False
+        keep = cp.referenced_files(body) | cp.referenced_files(previous)
+        _remove(cp.leftovers(self.path, keep))
+        return generation
+
+
+def _index_class(variant: str) -> type[InvertedIndex]:
+    return WeightedIndex if variant == "weighted" else BinaryIndex
+
+
+def _merge_top(
+    numbers_parts: list[np.ndarray], scores_parts: list[np.ndarray], n_queries: int, depth: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Merge per-segment top-k lists (global numbers, -1 padding) into one under the tie rule."""
+    out_numbers = np.full((n_queries, depth), -1, np.int64)
+    out_scores = np.zeros((n_queries, depth), np.float64)
+    if not numbers_parts or depth == 0:
+        return out_numbers, out_scores
+    numbers, scores = np.concatenate(numbers_parts, axis=1), np.concatenate(scores_parts, axis=1)
+    valid = numbers >= 0
+    # Each segment's list is exact and segments hold disjoint ascending number ranges, so the head of the
+    # merged order (score desc, then number asc; padding last) is the exact global top-k.
+    order = np.lexsort((np.where(valid, numbers, np.iinfo(np.int64).max), np.where(valid, -scores, np.inf)),
+                       axis=-1)[:, :depth]
+    width = order.shape[1]
+    out_numbers[:, :width] = np.take_along_axis(numbers, order, axis=1)
+    out_scores[:, :width] = np.take_along_axis(scores, order, axis=1)
+    out_scores[out_numbers < 0] = 0.0
+    return out_numbers, out_scores
+
+
+def _check_max_segments(value, name: str, allow_none: bool) -> int | None:
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a positive integer" + (" or None" if allow_none else ""))
+    return int(value)
+
+
+def _open_newest(directory: Path, mmap: bool | None, verify: bool | None) -> tuple[dict[str, Any], list[_Segment]]:
+    for _ in range(OPEN_RETRIES):
+        generations = cp.list_generations(directory)
+        if not generations:
+            raise IndexFormatError(f"not a segmented uhdsearch index: {directory} has no commit_<generation>.json")
+        problems = []
+        for generation in generations:
+            try:
+                body = cp.read_commit(directory, generation)
+                segments = _load_segments(directory, body, mmap, verify)
+            except (FileNotFoundError, IndexFormatError) as exc:
+                problems.append(f"{cp.commit_name(generation)}: {exc}")
+                continue
+            if problems:
+                warnings.warn(f"skipped newer commits of {directory} that do not validate ({'; '.join(problems)}); "
+                              f"opened generation {generation}", stacklevel=3)
+            return body, segments
+        if cp.list_generations(directory) == generations:  # not a race with a writer: really broken
+            raise IndexFormatError(f"no valid commit in {directory}: {'; '.join(problems)}")
+    raise IndexFormatError(f"{directory} kept changing while it was being opened; try again")
+
+
+def _load_segments(directory: Path, body: dict[str, Any], mmap: bool | None, verify: bool | None) -> list[_Segment]:
+    where = directory / cp.commit_name(body["generation"])
+    try:
+        entries = list(body["segments"])
+        variant, dim, n_buckets = body["variant"], body["dim"], body["n_buckets"]
+        body["next_segment"], body["encoder_digest"]  # noqa: B018 - presence check
+    except (KeyError, TypeError) as exc:
+        raise IndexFormatError(f"{where} lacks field {exc}; it was not written by uhdsearch") from exc
+    segments = []
+    for entry in entries:
+        try:
+            name, n_documents, n_deleted = entry["name"], entry["n_documents"], entry["n_deleted"]
+            meta_sha256, deletions = entry["meta_sha256"], entry["deletions"]
+        except (KeyError, TypeError) as exc:
+            raise IndexFormatError(f"{where}: a segment entry lacks {exc}") from exc
+        segment_dir = directory / name
+        if cp.sha256(segment_dir / fmt.META_FILE) != meta_sha256:
+            raise IndexFormatError(f"{segment_dir / fmt.META_FILE} is not the one {where.name} names: altered")
+        index = InvertedIndex.load(segment_dir, mmap=mmap, verify=verify)
+        if (index.variant, index.dim, index.n_buckets, index.n_documents) != (variant, dim, n_buckets, n_documents):
+            raise IndexFormatError(
+                f"segment {segment_dir} is {index.variant} dim={index.dim} n_buckets={index.n_buckets} with "
+                f"{index.n_documents} documents; {where.name} expects {variant} dim={dim} n_buckets={n_buckets} "
+                f"with {n_documents}"
+            )
+        if deletions:
+            deleted = cp.read_deletions(directory / deletions["file"], n_documents, deletions["sha256"])
+        else:
+            deleted = np.zeros(n_documents, np.bool_)
+        if int(deleted.sum()) != n_deleted:
+            raise IndexFormatError(f"{where.name}: {name} should have {n_deleted} deletions, its file has "
+                                   f"{int(deleted.sum())}")
+        segments.append(_Segment(name, index, deleted, deletions, meta_sha256))
+    return segments
+
+
+def _referenced_by_any_commit(directory: Path) -> set[str]:
+    """Files named by every commit that parses: what a writer must not remove when it opens."""
+    keep: set[str] = set()
+    for generation in cp.list_generations(directory):
+        try:
+            keep |= cp.referenced_files(cp.read_commit(directory, generation))
+        except (FileNotFoundError, IndexFormatError, KeyError, TypeError):
+            keep.add(cp.commit_name(generation))  # left for inspection; the next commit removes it
+    return keep
+
+
+def _remove(paths: list[Path]) -> None:
+    # Commit files first, so that no commit ever names a file that is already gone.
+    for p in sorted(paths, key=lambda p: not p.name.startswith("commit_")):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        logger.debug("removed leftover %s", p)
