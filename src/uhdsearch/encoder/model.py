@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -44,6 +44,9 @@ class UHDEncoder(nn.Module):
         self.buckets = Buckets(self.layers, backbone.hidden_size, config.dim, config.weight_sparsity, config.seed,
                                initialize)
         self._digest: str | None = None
+        # Optional per-layer maps of backbone token states applied before the WTA layer (e.g. whitening,
+        # baselines/whitening.py); absolute layer -> callable. Not saved by save_pretrained, not in the digest.
+        self.state_transforms: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
 
     @classmethod
     def new(cls, backbone_dir: str | os.PathLike | None = None, config: EncoderConfig | None = None) -> UHDEncoder:
@@ -74,6 +77,9 @@ class UHDEncoder(nn.Module):
                     wta_k: int | None = None) -> list[torch.Tensor]:
         """Buckets from packed token states (one (n_tokens, hidden) tensor per bucket layer)."""
         dtype = torch.bfloat16 if self.config.wta_dtype == "bfloat16" else torch.float32
+        if self.state_transforms:
+            tokens = [self.state_transforms[layer](t) if layer in self.state_transforms else t
+                      for layer, t in zip(self.layers, tokens)]
         return self.buckets(tokens, token_text, n_texts, wta_k or self.config.wta_k, dtype)
 
     def forward_states(self, states: TokenStates, rows, drop=None, wta_k: int | None = None) -> list[torch.Tensor]:
@@ -105,7 +111,13 @@ class UHDEncoder(nn.Module):
     def center_buckets(self, states: TokenStates) -> None:
         """Initialise each bucket's bias from the mean token state of its layer (see WTALayer.center_)."""
         for layer in self.layers:
-            mean = states.layer(layer).float().mean(dim=0)
+            transform = self.state_transforms.get(layer)
+            if transform is None:
+                mean = states.layer(layer).float().mean(dim=0)
+            else:  # the WTA layer sees transformed states; chunks bound the float32 copy
+                tokens = states.layer(layer)
+                mean = sum(transform(tokens[i : i + 65_536].float()).sum(dim=0)
+                           for i in range(0, tokens.shape[0], 65_536)) / max(1, tokens.shape[0])
             self.buckets.wta[str(layer)].center_(mean)
         self._digest = None
 

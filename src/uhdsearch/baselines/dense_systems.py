@@ -1,0 +1,340 @@
+"""One builder per dense comparison system, all with one signature, plus the isotropy table (Jung et al. Table 1).
+
+Every builder is
+
+    build_<system>(corpus, queries_train=None, qrels_train=None, backbone_dir=None, states=None,
+                   *, max_length=256, show_progress=False, **options) -> retriever with search(queries, k)
+
+corpus: doc_id -> Document (its order fixes doc numbers); queries_train / qrels_train: labelled training data
+(None: Inverse Cloze Task pairs only; untrained systems ignore them); backbone_dir: a local Hugging Face
+directory, None for the bundled MiniLM, or an already loaded Backbone (reused, so load it once);
+states: TokenStates of the corpus documents from compute_token_states (must include the backbone's last
+layer; other layers are ignored) so the backbone runs over the corpus once for all systems.
+`BUILDERS` maps the system names to the builders; `build_system(name, ...)` dispatches.
+
+Trained systems (de-*, me-*) keep the backbone frozen and train the head on cached states (CPU budget).
+Flows are fit sequence-wise (on mean-pooled document vectors) unless mode="token".
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from uhdsearch.baselines.dual_encoder import (
+    DualEncoder, DualEncoderArgs, DualEncoderHead, _document_states, _documents, build_dual_encoder, embed_states,
+    mean_tokens, train_dual_encoder,
+)
+from uhdsearch.baselines.flows import NICE, Flow, Glow
+from uhdsearch.baselines.multivector import SumOfMaxReranker, build_multivector
+from uhdsearch.baselines.whitening import Whitening, average_cosine, isotropy, pooled_embedder, sample_tokens
+from uhdsearch.encoder.backbone import Backbone
+from uhdsearch.encoder.states import TokenStates
+from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
+from uhdsearch.types import Document, Qrels, Query
+
+logger = logging.getLogger(__name__)
+
+BackboneArg = Backbone | str | os.PathLike | None
+Mode = Literal["sequence", "token"]
+
+
+def _backbone(backbone_dir: BackboneArg) -> Backbone:
+    return backbone_dir if isinstance(backbone_dir, Backbone) else Backbone.from_pretrained(backbone_dir).eval()
+
+
+def training_pairs(documents: Sequence[Document], queries_train: Sequence[Query] | None, qrels_train: Qrels | None,
+                   ict_per_document: int = 1, seed: int = 0) -> list[TrainingPair]:
+    """The same kind of data UHD trains on: qrels pairs (if given) plus Inverse Cloze Task pairs of the corpus."""
+    rows = {d.doc_id: i for i, d in enumerate(documents)}
+    pairs = pairs_from_qrels(list(queries_train), qrels_train, rows) if queries_train and qrels_train else []
+    if ict_per_document:
+        pairs += ict_pairs(documents, per_document=ict_per_document, seed=seed)
+    return pairs
+
+
+# ------------------------------------------------------------------ untrained dense and its post-processing
+def build_dense(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
+                states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False) -> DualEncoder:
+    """`dense`: the backbone as shipped, mean pooling, cosine, exact search (same scores as DenseRetriever)."""
+    return _pooled(corpus, backbone_dir, states, max_length, show_progress, None, None, "dense")
+
+
+def build_dense_whiten_seq(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
+                           states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
+                           dim: int | None = None) -> DualEncoder:
+    """`dense+whiten-seq`: whitening fit on the corpus's mean-pooled vectors (sequence-wise), then cosine."""
+    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    whitening = Whitening.fit(_pooled_vectors(states, backbone.n_layers), dim)
+    return _pooled(documents, backbone, states, max_length, show_progress, None, whitening.transform,
+                   "dense+whiten-seq")
+
+
+def build_dense_whiten_tok(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
+                           states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
+                           dim: int | None = None, fit_tokens: int | None = 500_000) -> DualEncoder:
+    """`dense+whiten-tok`: whitening fit on (a sample of) the corpus's token states, applied before pooling."""
+    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    whitening = Whitening.fit(sample_tokens(states.layer(backbone.n_layers), fit_tokens), dim)
+    return _pooled(documents, backbone, states, max_length, show_progress, whitening.transform, None,
+                   "dense+whiten-tok")
+
+
+def fit_flow(kind: Literal["nice", "glow"], X: torch.Tensor, mode: Mode = "sequence", epochs: int | None = None,
+             seed: int = 0, show_progress: bool = False, **flow_options) -> tuple[Flow, list[float]]:
+    """A NICE or Glow flow fit by maximum likelihood on the rows of X; returns the flow and its history.
+
+    Token-wise flows default to smaller coupling networks (hidden 256) and fewer epochs: they transform every
+    token of the corpus, which a CPU must do in minutes.
+    """
+    small = mode == "token"
+    if kind == "nice":
+        flow: Flow = NICE(X.shape[1], **({"hidden": 256, "n_layers": 3} if small else {}) | flow_options, seed=seed)
+    elif kind == "glow":
+        flow = Glow(X.shape[1], **({"hidden": 256} if small else {}) | flow_options, seed=seed)
+    else:
+        raise ValueError(f"flow {kind!r}: use 'nice' or 'glow'")
+    history = flow.fit(X, epochs=epochs or (3 if small else 10), seed=seed, show_progress=show_progress)
+    return flow, history
+
+
+def _build_dense_flow(kind, corpus, backbone_dir, states, max_length, show_progress, mode: Mode, epochs,
+                      fit_tokens) -> DualEncoder:
+    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    last = backbone.n_layers
+    if mode == "sequence":
+        flow, history = fit_flow(kind, _pooled_vectors(states, last), "sequence", epochs, show_progress=show_progress)
+        token_transform, sequence_transform = None, flow.transform
+    elif mode == "token":
+        flow, history = fit_flow(kind, sample_tokens(states.layer(last), fit_tokens), "token", epochs,
+                                 show_progress=show_progress)
+        token_transform, sequence_transform = flow.transform, None
+    else:
+        raise ValueError(f"mode={mode!r}: use 'sequence' or 'token'")
+    logger.info("%s (%s-wise): log-likelihood %.1f -> %.1f", kind, mode, history[0], history[-1])
+    return _pooled(documents, backbone, states, max_length, show_progress, token_transform, sequence_transform,
+                   f"dense+{kind}")
+
+
+def build_dense_nice(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
+                     states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
+                     mode: Mode = "sequence", epochs: int | None = None, fit_tokens: int = 50_000) -> DualEncoder:
+    """`dense+nice`: a NICE flow on the backbone's mean-pooled vectors (sequence-wise by default), then cosine."""
+    return _build_dense_flow("nice", corpus, backbone_dir, states, max_length, show_progress, mode, epochs, fit_tokens)
+
+
+def build_dense_glow(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
+                     states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
+                     mode: Mode = "sequence", epochs: int | None = None, fit_tokens: int = 50_000) -> DualEncoder:
+    """`dense+glow`: a Glow flow on the backbone's mean-pooled vectors (sequence-wise by default), then cosine."""
+    return _build_dense_flow("glow", corpus, backbone_dir, states, max_length, show_progress, mode, epochs, fit_tokens)
+
+
+# ------------------------------------------------------------------ trained DE-k and ME-m
+def build_de(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
+             states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
+             dim: int | None = 128, pooling: Literal["cls", "mean"] = "mean", args: DualEncoderArgs | None = None,
+             ict_per_document: int = 1) -> DualEncoder:
+    """`de-<dim>`: projection to `dim` (None: the backbone's width) + LayerNorm, trained on frozen states.
+
+    pooling="mean" (RepBERT) by default because MiniLM was trained for mean pooling; Luan use [CLS].
+    """
+    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    args = args or DualEncoderArgs()
+    head = DualEncoderHead(backbone.hidden_size, dim, pooling, seed=args.seed)
+    pairs = training_pairs(documents, queries_train, qrels_train, ict_per_document, args.seed)
+    trained = train_dual_encoder(head, backbone, documents, pairs, args, states, max_length, show_progress)
+    logger.info("de-%s: %d steps, loss %.3f -> %.3f", dim, trained.steps, trained.losses[0], trained.losses[-1])
+    if args.train_backbone_layers:
+        states = None  # the backbone changed: cached states are stale
+    return build_dual_encoder(documents, backbone, head, states, max_length, f"de-{dim or 'full'}", show_progress)
+
+
+def build_me(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
+             states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
+             m: int = 8, dim: int | None = -1, args: DualEncoderArgs | None = None,
+             ict_per_document: int = 1) -> DualEncoder:
+    """`me-<m>`: the first m token vectors of each document through a trained projection (Luan §5, Eq. 12).
+
+    dim=-1 projects to the backbone's width (Luan: a projection helps ME even at full width); None: LayerNorm only.
+    The head is trained with the max-over-m score; the query vector is [CLS].
+    """
+    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    args = args or DualEncoderArgs(n_vectors=m)
+    if args.n_vectors != m:
+        raise ValueError(f"args.n_vectors={args.n_vectors} differs from m={m}")
+    head = DualEncoderHead(backbone.hidden_size, backbone.hidden_size if dim == -1 else dim, "cls", seed=args.seed)
+    pairs = training_pairs(documents, queries_train, qrels_train, ict_per_document, args.seed)
+    trained = train_dual_encoder(head, backbone, documents, pairs, args, states, max_length, show_progress)
+    logger.info("me-%d: %d steps, loss %.3f -> %.3f", m, trained.steps, trained.losses[0], trained.losses[-1])
+    if args.train_backbone_layers:
+        states = None
+    return build_multivector(documents, backbone, head, m, states, max_length, f"me-{m}", show_progress)
+
+
+# ------------------------------------------------------------------ sum-of-max and its post-processing
+def build_sum_of_max(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
+                     states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
+                     first_stage=None, depth: int = 100, transform: Literal["whiten", "nice", "glow"] | None = None,
+                     fit_tokens: int = 50_000) -> SumOfMaxReranker:
+    """`sum-of-max`: cosine late interaction over last-layer token states, re-ranking a first stage's top `depth`.
+
+    first_stage defaults to BM25 (uhdsearch's BM25Retriever); `transform` adds token-wise post-processing
+    (Jung et al. Table 1 applies it to ColBERT), fit on a sample of `fit_tokens` corpus tokens.
+    """
+    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    if first_stage is None:
+        from uhdsearch.baselines.bm25 import BM25Retriever
+
+        first_stage = BM25Retriever.build(documents, show_progress=False)
+    token_transform, name = None, "sum-of-max"
+    if transform is not None:
+        sample = sample_tokens(states.layer(backbone.n_layers), fit_tokens)
+        if transform == "whiten":
+            token_transform = Whitening.fit(sample).transform
+        else:
+            token_transform = fit_flow(transform, sample, "token", show_progress=show_progress)[0].transform
+        name = f"sum-of-max+{transform}"
+    return SumOfMaxReranker.build(documents, backbone, first_stage, states, token_transform, True, depth,
+                                  max_length, name, show_progress)
+
+
+# ------------------------------------------------------------------ UHD over whitened backbone states
+def build_uhd_binary(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
+                     states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
+                     whiten: bool = False, dim: int = 32_768, wta_k: int = 40, seed: int = 0):
+    """`uhd-binary` / `uhd-binary+whiten`: the quickstart's untrained, centered WTA head on the last layer.
+
+    With whiten=True the last-layer token states are whitened (fit on the corpus tokens) before the WTA
+    layer, for queries and documents alike (UHDEncoder.state_transforms). The quickstart's dev early stopping
+    keeps this untrained head, so the pair isolates the effect of whitening.
+    Returns a Searcher over a binary index held in memory.
+    """
+    from uhdsearch.encoder.config import EncoderConfig
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.index.inverted import BinaryIndex
+    from uhdsearch.search.searcher import Searcher
+
+    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    config = EncoderConfig(dim=dim, wta_k=wta_k, query_k=None, bucket_layers=(-1,), document_max_length=max_length,
+                           seed=seed)
+    model = UHDEncoder(backbone, config)
+    last = backbone.n_layers
+    if whiten:
+        model.state_transforms[last] = Whitening.fit(sample_tokens(states.layer(last), 500_000)).transform
+    model.center_buckets(states)
+    model.eval()
+    encoded = model.encode_states(states, "document", show_progress=show_progress)
+    index = BinaryIndex.from_encoding(encoded, [d.doc_id for d in documents], None, model.digest())
+    return Searcher(model, index, "binary")
+
+
+# ------------------------------------------------------------------ registry
+def _named(builder, **fixed):
+    def build(corpus, queries_train=None, qrels_train=None, backbone_dir=None, states=None, **options):
+        return builder(corpus, queries_train, qrels_train, backbone_dir, states, **(fixed | options))
+
+    build.__doc__ = builder.__doc__
+    return build
+
+
+BUILDERS: dict[str, Callable[..., Any]] = {
+    "dense": build_dense,
+    "de-32": _named(build_de, dim=32),
+    "de-64": _named(build_de, dim=64),
+    "de-128": _named(build_de, dim=128),
+    "de-256": _named(build_de, dim=256),
+    "de-full": _named(build_de, dim=None),
+    "me-1": _named(build_me, m=1),
+    "me-4": _named(build_me, m=4),
+    "me-8": _named(build_me, m=8),
+    "sum-of-max": build_sum_of_max,
+    "sum-of-max+whiten": _named(build_sum_of_max, transform="whiten"),
+    "sum-of-max+nice": _named(build_sum_of_max, transform="nice"),
+    "sum-of-max+glow": _named(build_sum_of_max, transform="glow"),
+    "dense+whiten-seq": build_dense_whiten_seq,
+    "dense+whiten-tok": build_dense_whiten_tok,
+    "dense+nice": build_dense_nice,
+    "dense+glow": build_dense_glow,
+    "uhd-binary": build_uhd_binary,
+    "uhd-binary+whiten": _named(build_uhd_binary, whiten=True),
+}
+
+
+def build_system(name: str, corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
+                 states: TokenStates | None = None, **options):
+    """Build the system called `name` (a key of BUILDERS) with the common signature.
+
+    Raises:
+        ValueError: unknown name (the message lists the known ones).
+    """
+    if name not in BUILDERS:
+        raise ValueError(f"unknown system {name!r}; known: {', '.join(BUILDERS)}")
+    return BUILDERS[name](corpus, queries_train, qrels_train, backbone_dir, states, **options)
+
+
+# ------------------------------------------------------------------ isotropy (Jung et al. Table 1)
+def isotropy_report(corpus, backbone_dir: BackboneArg = None, states: TokenStates | None = None,
+                    queries: Sequence[Query] | None = None, *, max_length: int = 256, flows: bool = True,
+                    fit_tokens: int = 50_000, show_progress: bool = False) -> dict[str, dict[str, float]]:
+    """I(W) (Eq. 3) and average cosine (Eq. 4) before and after each transform, sequence- and token-wise.
+
+    Transforms are fit on the corpus (unsupervised); the metrics are measured on `queries` when given (held
+    out from the fit), else on the corpus documents. Token-wise rows use a sample of `fit_tokens` tokens.
+
+    Returns:
+        {"<level>/<method>": {"I(W)": ..., "avg_cos": ..., "seconds": fit time}} with level sequence|token and
+        method raw|whiten|nice|glow.
+    """
+    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    last = backbone.n_layers
+    fit = {"sequence": _pooled_vectors(states, last), "token": sample_tokens(states.layer(last), fit_tokens)}
+    if queries:
+        from uhdsearch.encoder.states import compute_token_states
+
+        q_states = compute_token_states(backbone, [q.text for q in queries], [last], max_length, show_progress=False)
+        measure = {"sequence": _pooled_vectors(q_states, last), "token": q_states.layer(last).float()}
+    else:
+        measure = {"sequence": fit["sequence"], "token": sample_tokens(states.layer(last), fit_tokens, seed=1)}
+    report: dict[str, dict[str, float]] = {}
+    for level in ("sequence", "token"):
+        methods: dict[str, Callable[[], Callable]] = {
+            "raw": lambda: (lambda x: x),
+            "whiten": lambda: Whitening.fit(fit[level]).transform,
+        }
+        if flows:
+            methods["nice"] = lambda: fit_flow("nice", fit[level], level)[0].transform
+            methods["glow"] = lambda: fit_flow("glow", fit[level], level)[0].transform
+        for method, make in methods.items():
+            start = time.perf_counter()
+            transform = make()
+            seconds = time.perf_counter() - start
+            W = transform(measure[level]).detach()
+            report[f"{level}/{method}"] = {"I(W)": isotropy(W), "avg_cos": average_cosine(W),
+                                           "seconds": round(seconds, 2)}
+    return report
+
+
+# ------------------------------------------------------------------ helpers
+def _setup(corpus, backbone_dir, states, max_length, show_progress):
+    backbone = _backbone(backbone_dir)
+    documents = _documents(corpus)
+    return backbone, documents, _document_states(backbone, documents, states, max_length, show_progress)
+
+
+def _pooled_vectors(states: TokenStates, layer: int) -> torch.Tensor:
+    """(states.n, hidden) float32 mean-pooled (not normalized) vectors: the sequence representations."""
+    return torch.from_numpy(embed_states(mean_tokens, states, layer))
+
+
+def _pooled(corpus, backbone_dir, states, max_length, show_progress, token_transform, sequence_transform,
+            name: str) -> DualEncoder:
+    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    embed = pooled_embedder(token_transform, sequence_transform)
+    vectors = embed_states(embed, states, backbone.n_layers)
+    return DualEncoder(backbone, embed, [d.doc_id for d in documents], vectors, None, max_length, name)
