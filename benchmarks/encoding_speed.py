@@ -1,0 +1,87 @@
+"""Encoding throughput of the UHD encoder on this CPU, and the WTA layer's share of it (issue 4, item 7).
+
+For each setting: documents per second through the backbone alone and through backbone + WTA head, and the
+median latency of encoding one query. Settings: dim 32,768 and 81,920, projection in float32 and bfloat16.
+
+    .venv/bin/python benchmarks/encoding_speed.py [--n-docs 256] [--doc-length 256]
+
+Prints a table and writes benchmarks/results/encoding_speed.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from uhdsearch.encoder.backbone import Backbone
+from uhdsearch.encoder.config import EncoderConfig
+from uhdsearch.encoder.model import UHDEncoder
+from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
+
+RESULTS = Path(__file__).parent / "results" / "encoding_speed.json"
+
+
+def timed(fn, repeats: int) -> float:
+    """Median seconds of `repeats` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-docs", type=int, default=256)
+    parser.add_argument("--doc-length", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dims", default="32768,81920")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    data = load_beir(bundled_dataset_dir("scifact"), split="test")
+    texts = [d.full_text for d in list(data.corpus.values())[: args.n_docs]]
+    queries = [q.text for q in data.queries[:50]]
+    backbone = Backbone.from_pretrained(None)
+    backbone.eval()
+
+    def backbone_only() -> None:
+        with torch.inference_mode():
+            for start in range(0, len(texts), 32):
+                batch = backbone.tokenize(texts[start : start + 32], args.doc_length)
+                backbone(batch["input_ids"], batch["attention_mask"], [backbone.n_layers])
+
+    backbone_s = timed(backbone_only, args.repeats)
+    rows = [{"setting": "backbone only", "docs_per_s": len(texts) / backbone_s, "wta_share": 0.0,
+             "query_ms_p50": None}]
+    for dim in [int(d) for d in args.dims.split(",")]:
+        for dtype in ("float32", "bfloat16"):
+            config = EncoderConfig(dim=dim, wta_k=80, query_k=100, document_max_length=args.doc_length,
+                                   wta_dtype=dtype)
+            encoder = UHDEncoder(backbone, config)
+            encoder.eval()
+            seconds = timed(lambda: encoder.encode_document(texts, batch_size=32, show_progress=False), args.repeats)
+            query_ms = [1000 * timed(lambda q=q: encoder.encode_query([q]), 1) for q in queries]
+            rows.append({"setting": f"dim {dim}, {dtype}", "docs_per_s": len(texts) / seconds,
+                         "wta_share": max(0.0, 1 - backbone_s / seconds),
+                         "query_ms_p50": statistics.median(query_ms)})
+            del encoder
+    print(f"{'setting':<24} {'docs/s':>8} {'WTA share':>10} {'query p50 ms':>13}")
+    for row in rows:
+        q = "" if row["query_ms_p50"] is None else f"{row['query_ms_p50']:.1f}"
+        print(f"{row['setting']:<24} {row['docs_per_s']:>8.1f} {row['wta_share']:>10.0%} {q:>13}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"n_docs": len(texts), "doc_length": args.doc_length,
+                                   "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
+                                   "rows": rows}, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
