@@ -122,9 +122,9 @@ def test_meta_that_is_not_json(saved_index):
 
 
 def test_truncated_file_is_detected(saved_index):
-    path = saved_index / "bucket_0.docs.npy"
+    path = saved_index / "bucket_0.payload.npy"
     path.write_bytes(path.read_bytes()[:-40])
-    with pytest.raises(IndexFormatError, match="bucket_0.docs.npy has .* bytes, the manifest says"):
+    with pytest.raises(IndexFormatError, match="bucket_0.payload.npy has .* bytes, the manifest says"):
         InvertedIndex.load(saved_index)
 
 
@@ -144,12 +144,12 @@ def test_missing_file_is_detected(saved_index):
 
 
 def test_pickled_array_is_refused_without_unpickling(saved_index):
-    path = saved_index / "bucket_0.docs.npy"
+    path = saved_index / "bucket_0.payload.npy"
     np.save(path, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
     from uhdsearch.index.format import file_digest
 
     meta = json.loads((saved_index / "index_meta.json").read_text())
-    meta["files"]["bucket_0.docs.npy"] = {"bytes": path.stat().st_size, "sha256": file_digest(path)}
+    meta["files"]["bucket_0.payload.npy"] = {"bytes": path.stat().st_size, "sha256": file_digest(path)}
     (saved_index / "index_meta.json").write_text(json.dumps(meta))
     with pytest.raises(IndexFormatError, match="not a valid .npy array"):
         InvertedIndex.load(saved_index)

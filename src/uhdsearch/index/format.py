@@ -11,7 +11,7 @@ from uhdsearch.errors import IndexFormatError
 from uhdsearch.io import read_json
 
 FORMAT = "uhd-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: bitmaps + bit-packed blocks (codec.py); 1 stored plain int32 postings
 META_FILE = "index_meta.json"
 DOC_IDS_FILE = "doc_ids.txt"
 Variant = Literal["binary", "weighted"]
@@ -19,12 +19,13 @@ VARIANTS = ("binary", "weighted")
 VERIFY_LIMIT_BYTES = 512 * 1024 * 1024  # checksum on load up to this size unless asked
 
 
+BUCKET_ARRAYS = ("indptr", "bitmap_rows", "bitmaps", "block_ptr", "payload_ptr", "blocks", "payload")
+
+
 def bucket_files(bucket: int, variant: Variant) -> dict[str, str]:
-    """Array name -> file name for one bucket. Postings per dim: docs[indptr[d]:indptr[d+1]], ascending."""
-    files = {"indptr": f"bucket_{bucket}.indptr.npy", "docs": f"bucket_{bucket}.docs.npy"}
-    if variant == "weighted":
-        files["weights"] = f"bucket_{bucket}.weights.npy"
-    return files
+    """Array name -> file name for one bucket (layout: uhdsearch.index.codec), plus weights if weighted."""
+    names = BUCKET_ARRAYS + (("weights",) if variant == "weighted" else ())
+    return {name: f"bucket_{bucket}.{name}.npy" for name in names}
 
 
 def all_files(n_buckets: int, variant: Variant) -> list[str]:
@@ -87,6 +88,11 @@ def read_meta(directory: Path, verify: bool | None = None) -> dict[str, Any]:
         raise IndexFormatError(
             f"{meta_path}: format_version {version!r} is not supported (this uhdsearch reads up to "
             f"{FORMAT_VERSION}); upgrade uhdsearch or rebuild the index"
+        )
+    if version < FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{meta_path}: format_version {version} (uncompressed postings) is no longer read; this uhdsearch "
+            f"reads version {FORMAT_VERSION}: rebuild the index (uhdsearch index ...)"
         )
     if meta.get("variant") not in VARIANTS:
         raise IndexFormatError(f"{meta_path}: variant {meta.get('variant')!r} is not one of {VARIANTS}")

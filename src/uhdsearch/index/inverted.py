@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
 from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
 from uhdsearch.index import format as fmt
+from uhdsearch.index import kernels
+from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
 from uhdsearch.io import atomic_directory, load_npy, save_npy, write_json
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Document
@@ -34,16 +37,21 @@ class Postings:
 
 
 class InvertedIndex:
-    """Base for BinaryIndex and WeightedIndex; `variant` says whether posting weights are stored."""
+    """Base for BinaryIndex and WeightedIndex; `variant` says whether posting weights are stored.
+
+    Each bucket is a `CompressedPostings` (bitmaps for frequent dims, bit-packed blocks for the rest).
+    """
 
     variant: ClassVar[fmt.Variant]
 
-    def __init__(self, postings: list[Postings], doc_ids: list[str], dim: int, meta: dict[str, Any], path: Path | None):
-        self.postings = postings
+    def __init__(self, buckets: list[CompressedPostings], doc_ids: list[str], dim: int, meta: dict[str, Any],
+                 path: Path | None):
+        self.buckets = buckets
         self.doc_ids = doc_ids
         self.dim = dim
         self.meta = meta
         self.path = path
+        self._postings: list[Postings] | None = None
 
     # ------------------------------------------------------------------ facts
     @property
@@ -52,14 +60,37 @@ class InvertedIndex:
 
     @property
     def n_buckets(self) -> int:
-        return len(self.postings)
+        return len(self.buckets)
 
     @property
     def encoder_digest(self) -> str | None:
         return self.meta.get("encoder_digest")
 
+    @property
+    def postings(self) -> list[Postings]:
+        """Decompressed postings per bucket (decoded on first use and kept; meant for small indexes and tests)."""
+        if self._postings is None:
+            self._postings = [Postings(np.asarray(c.indptr), decompress(c, self.n_documents),
+                                       None if c.weights is None else np.asarray(c.weights))
+                              for c in self.buckets]
+        return self._postings
+
     def n_postings(self) -> int:
-        return int(sum(p.docs.shape[0] for p in self.postings))
+        return int(sum(c.n_postings for c in self.buckets))
+
+    def nbytes(self) -> int:
+        """Bytes of all posting arrays (bitmaps, packed lists, offsets, weights), as stored on disk."""
+        return int(sum(c.nbytes for c in self.buckets))
+
+    def bytes_per_document(self) -> float:
+        return self.nbytes() / max(1, self.n_documents)
+
+    def bytes_per_posting(self, include_weights: bool = False) -> float:
+        """Index bytes per posting; weights (4 bytes each in a weighted index) only when asked."""
+        size = self.nbytes()
+        if not include_weights:
+            size -= sum(c.weights.nbytes for c in self.buckets if c.weights is not None)
+        return size / max(1, self.n_postings())
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(n_documents={self.n_documents}, dim={self.dim}, "
@@ -98,24 +129,28 @@ class InvertedIndex:
         path: str | os.PathLike | None,
         encoder_digest: str | None = None,
         overwrite: bool = False,
+        bitmap_bias: float = DEFAULT_BITMAP_BIAS,
     ) -> InvertedIndex:
-        """Index already-encoded documents; row i of `encoding` is `doc_ids[i]`. path=None keeps it in memory."""
+        """Index already-encoded documents; row i of `encoding` is `doc_ids[i]`. path=None keeps it in memory.
+
+        Args:
+            bitmap_bias: a dim is stored as a bitmap when its bitmap takes at most this times the bytes of
+                its packed list (1.0: whichever is smaller).
+        """
         doc_ids = [str(d) for d in doc_ids]
         if len(doc_ids) != encoding.n:
             raise ValueError(f"{len(doc_ids)} doc_ids for {encoding.n} encoded documents")
         _check_unique(doc_ids)
-        postings = []
+        buckets = []
         for matrix in encoding.buckets:
             csc = matrix.tocsc()
-            csc.sort_indices()
-            postings.append(Postings(
-                indptr=csc.indptr.astype(np.int64),
-                docs=csc.indices.astype(np.int32),
-                weights=csc.data.astype(np.float32) if cls.variant == "weighted" else None,
-            ))
-        meta = {"format": fmt.FORMAT, "variant": cls.variant, "dim": encoding.dim,
-                "n_buckets": encoding.n_buckets, "n_documents": encoding.n, "encoder_digest": encoder_digest}
-        index = cls(postings, doc_ids, encoding.dim, meta, None)
+            csc.sum_duplicates()  # also sorts doc numbers within each dim; the codec relies on it
+            buckets.append(_read_only(compress(
+                csc.indptr.astype(np.int64), csc.indices.astype(np.int32),
+                csc.data.astype(np.float32) if cls.variant == "weighted" else None, encoding.n, bitmap_bias)))
+        meta = {"format": fmt.FORMAT, "variant": cls.variant, "dim": encoding.dim, "n_buckets": encoding.n_buckets,
+                "n_documents": encoding.n, "encoder_digest": encoder_digest, "bitmap_bias": float(bitmap_bias)}
+        index = cls(buckets, doc_ids, encoding.dim, meta, None)
         if path is not None:
             index.save(path, overwrite=overwrite)
         return index
@@ -126,14 +161,11 @@ class InvertedIndex:
             if any("\n" in d or "\r" in d for d in self.doc_ids):
                 raise ValueError("doc_ids may not contain line breaks")
             (tmp / fmt.DOC_IDS_FILE).write_text("".join(d + "\n" for d in self.doc_ids), encoding="utf-8")
-            for b, p in enumerate(self.postings):
-                files = fmt.bucket_files(b, self.variant)
-                save_npy(tmp / files["indptr"], p.indptr)
-                save_npy(tmp / files["docs"], p.docs)
-                if "weights" in files:
-                    save_npy(tmp / files["weights"], p.weights)
+            for b, c in enumerate(self.buckets):
+                for name, file in fmt.bucket_files(b, self.variant).items():
+                    save_npy(tmp / file, getattr(c, name))
             self.meta = fmt.make_meta(self.variant, self.dim, self.n_buckets, self.n_documents,
-                                      self.encoder_digest, tmp)
+                                      self.encoder_digest, tmp, {"bitmap_bias": self.meta.get("bitmap_bias")})
             write_json(tmp / fmt.META_FILE, self.meta)
         self.path = Path(path)
 
@@ -143,7 +175,8 @@ class InvertedIndex:
         """Open an index directory. Any subclass may be asked; the variant on disk decides the class.
 
         Args:
-            mmap: memory-map the arrays (default: when the index is larger than 256 MB).
+            mmap: memory-map the arrays instead of reading them (default: when the index is larger than 256 MB);
+                the kernels then read postings from the page cache on demand.
             verify: check SHA-256 of every file (default: when the index is at most 512 MB).
         Raises:
             FileNotFoundError, IndexFormatError: see `uhdsearch.index.format.read_meta`.
@@ -161,8 +194,8 @@ class InvertedIndex:
             raise IndexFormatError(
                 f"{directory / fmt.DOC_IDS_FILE} has {len(doc_ids)} ids but the manifest says {meta['n_documents']}"
             )
-        postings = [_load_bucket(directory, b, variant, meta, mmap) for b in range(meta["n_buckets"])]
-        return klass(postings, doc_ids, meta["dim"], meta, directory)
+        buckets = [_load_bucket(directory, b, variant, meta, mmap) for b in range(meta["n_buckets"])]
+        return klass(buckets, doc_ids, meta["dim"], meta, directory)
 
     # ------------------------------------------------------------------ views
     def document_vectors(self) -> SparseEncoding:
@@ -201,25 +234,14 @@ class InvertedIndex:
             ValueError: bad k, weights, scoring, mask or thread count.
         """
         _check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
-        from uhdsearch.search.scoring import score_query
-        from uhdsearch.search.topk import top_k
-
-        depth = min(int(k), self.n_documents)
-        numbers = np.full((queries.n, depth), -1, np.int64)
-        scores = np.zeros((queries.n, depth), np.float64)
-        for row in range(queries.n):
-            total = score_query(self.postings, queries, row, self.n_documents, bucket_weights, scoring)
-            if deleted is not None:
-                total[deleted] = 0.0
-            if depth:
-                top, _ = top_k(total, depth)
-                numbers[row, :top.shape[0]] = top
-                scores[row, :top.shape[0]] = total[top]
-        return numbers, scores
+        if n_threads is None:
+            n_threads = numba.get_num_threads()
+        return kernels.search(self.buckets, self.n_documents, queries, int(k), bucket_weights,
+                              scoring == "weighted", deleted, int(n_threads))
 
     def document_frequencies(self, bucket: int = 0) -> np.ndarray:
         """(dim,) int64 number of documents in which each dimension is active."""
-        return np.diff(self.postings[bucket].indptr)
+        return np.diff(np.asarray(self.buckets[bucket].indptr))
 
 
 class BinaryIndex(InvertedIndex):
@@ -234,32 +256,65 @@ class WeightedIndex(InvertedIndex):
     variant = "weighted"
 
 
-def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: bool) -> Postings:
+def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: bool) -> CompressedPostings:
+    """Read one bucket and check shapes, dtypes and offsets: O(dim + blocks), never a pass over postings."""
     files = fmt.bucket_files(bucket, variant)
     arrays = {}
     for name, file in files.items():
         try:
-            arrays[name] = load_npy(directory / file, mmap=mmap)
+            arrays[name] = np.asarray(load_npy(directory / file, mmap=mmap))
         except ValueError as exc:  # foreign, pickled or truncated .npy
             raise IndexFormatError(f"{directory / file} is not a valid .npy array: {exc}") from exc
-    indptr, docs = arrays["indptr"], arrays["docs"]
     dim, n_docs = meta["dim"], meta["n_documents"]
-    if indptr.ndim != 1 or indptr.shape[0] != dim + 1 or indptr.dtype != np.int64:
-        raise IndexFormatError(f"{directory / files['indptr']} should be ({dim + 1},) int64, got "
-                               f"{indptr.shape} {indptr.dtype}")
-    if indptr.shape[0] and (indptr[0] != 0 or np.any(np.diff(indptr) < 0)):
-        raise IndexFormatError(f"{directory / files['indptr']} is not a valid postings offset array "
-                               "(must start at 0 and never decrease)")
-    if docs.ndim != 1 or docs.dtype != np.int32 or (indptr.shape[0] and indptr[-1] != docs.shape[0]):
-        raise IndexFormatError(f"{directory / files['docs']} has {docs.shape[0]} postings of dtype {docs.dtype}; "
-                               f"{files['indptr']} implies {int(indptr[-1])} int32")
+    words = n_words(n_docs)
+
+    def bad(name: str, why: str) -> IndexFormatError:
+        return IndexFormatError(f"{directory / files[name]} {why}; the index is corrupted")
+
+    dtypes = {"indptr": np.int64, "bitmap_rows": np.int32, "bitmaps": np.uint64, "block_ptr": np.int64,
+              "payload_ptr": np.int64, "blocks": np.uint32, "payload": np.uint32, "weights": np.float32}
+    for name, array in arrays.items():
+        if array.ndim != 1 or array.dtype != dtypes[name]:
+            raise bad(name, f"should be 1-D {np.dtype(dtypes[name])}, got {array.shape} {array.dtype}")
+    indptr, rows = arrays["indptr"], arrays["bitmap_rows"]
+    block_ptr, payload_ptr = arrays["block_ptr"], arrays["payload_ptr"]
+    for name in ("indptr", "block_ptr", "payload_ptr"):
+        a = arrays[name]
+        if a.shape[0] != dim + 1 or a[0] != 0 or np.any(np.diff(a) < 0):
+            raise bad(name, f"is not a valid postings offset array of {dim + 1} entries (must start at 0 and never decrease)")
+    df = np.diff(indptr)
+    if rows.shape[0] != dim or np.any(df > n_docs):
+        raise bad("bitmap_rows" if rows.shape[0] != dim else "indptr", "does not match the index's dim or size")
+    is_bitmap = rows >= 0
+    n_bitmaps = int(is_bitmap.sum())
+    if n_bitmaps and not np.array_equal(np.sort(rows[is_bitmap]), np.arange(n_bitmaps)):
+        raise bad("bitmap_rows", "does not number its bitmaps 0..n-1")
+    if arrays["bitmaps"].shape[0] != n_bitmaps * words:
+        raise bad("bitmaps", f"has {arrays['bitmaps'].shape[0]} words, {n_bitmaps} bitmaps need {n_bitmaps * words}")
+    expected_blocks = np.where(is_bitmap, 0, (df + BLOCK - 1) // BLOCK)
+    if not np.array_equal(np.diff(block_ptr), expected_blocks) or np.any(np.diff(payload_ptr)[is_bitmap]):
+        raise bad("block_ptr", "disagrees with the posting counts in indptr")
+    if arrays["blocks"].shape[0] != 2 * block_ptr[-1]:
+        raise bad("blocks", f"has {arrays['blocks'].shape[0]} entries, block_ptr implies {2 * block_ptr[-1]}")
+    if arrays["payload"].shape[0] != payload_ptr[-1] + 1:
+        raise bad("payload", f"has {arrays['payload'].shape[0]} words, payload_ptr implies {payload_ptr[-1] + 1}")
+    if not kernels.blocks_are_valid(indptr, block_ptr, payload_ptr, arrays["blocks"], n_docs):
+        raise bad("blocks", "points outside its payload or names documents outside the index")
     weights = arrays.get("weights")
-    if weights is not None and (weights.shape != docs.shape or weights.dtype != np.float32):
-        raise IndexFormatError(f"{directory / files['weights']} should be {docs.shape} float32, got "
-                               f"{weights.shape} {weights.dtype}")
-    if docs.shape[0] and (int(docs.max()) >= n_docs or int(docs.min()) < 0):
-        raise IndexFormatError(f"{directory / files['docs']} names documents outside 0..{n_docs - 1}")
-    return Postings(indptr, docs, weights)
+    if weights is not None and weights.shape[0] != indptr[-1]:
+        raise bad("weights", f"has {weights.shape[0]} values for {int(indptr[-1])} postings")
+    return _read_only(CompressedPostings(weights=weights, **{n: arrays[n] for n in fmt.BUCKET_ARRAYS}))
+
+
+def _read_only(postings: CompressedPostings) -> CompressedPostings:
+    # One array type for in-memory and memory-mapped indexes, so the kernels compile once.
+    for name in CompressedPostings.ARRAYS + ("weights",):
+        array = getattr(postings, name)
+        if array is not None:
+            array = np.asarray(array)
+            array.setflags(write=False)
+            setattr(postings, name, array)
+    return postings
 
 
 def _check_search_args(index, queries, k, bucket_weights, scoring, deleted, n_threads) -> None:

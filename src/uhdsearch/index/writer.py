@@ -13,6 +13,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from uhdsearch.index import format as fmt
+from uhdsearch.index.codec import DEFAULT_BITMAP_BIAS, compress_range
 from uhdsearch.io import atomic_directory, save_npy, write_json
 
 NPY_HEADER_BYTES = 128  # np.save's v1.0 header for a 1-D array of any realistic length
@@ -59,6 +60,7 @@ class IndexWriter:
 
     Call `add_postings` for each bucket with consecutive dimension ranges in ascending order (ranges of
     one bucket must be contiguous and start at 0), then `close()`. Dimensions never given have no postings.
+    Each range is compressed as it arrives (codec.py), so memory is bounded by the largest range given.
 
     Example:
         >>> # with IndexWriter("idx", "binary", dim=32768, n_buckets=1, n_documents=n, doc_ids=ids) as w:
@@ -75,7 +77,10 @@ class IndexWriter:
         doc_ids: Sequence[str] | None = None,
         encoder_digest: str | None = None,
         overwrite: bool = False,
+        bitmap_bias: float = DEFAULT_BITMAP_BIAS,
     ) -> None:
+        if not bitmap_bias > 0:
+            raise ValueError(f"bitmap_bias={bitmap_bias!r} must be positive")
         if variant not in fmt.VARIANTS:
             raise ValueError(f"variant={variant!r}; choose one of {fmt.VARIANTS}")
         for name, value in (("dim", dim), ("n_buckets", n_buckets), ("n_documents", n_documents)):
@@ -95,19 +100,22 @@ class IndexWriter:
         self.variant = variant
         self.dim, self.n_buckets, self.n_documents = int(dim), int(n_buckets), int(n_documents)
         self.encoder_digest = encoder_digest
+        self.bitmap_bias = float(bitmap_bias)
         self._context = atomic_directory(self.path, overwrite=overwrite)
         self._tmp = self._context.__enter__()
         self._closed = False
         (self._tmp / fmt.DOC_IDS_FILE).write_text("".join(d + "\n" for d in doc_ids), encoding="utf-8")
         self._next_dim = [0] * self.n_buckets
-        self._indptr = [np.zeros(self.dim + 1, np.int64) for _ in range(self.n_buckets)]
+        self._n_bitmaps = [0] * self.n_buckets
+        self._offsets = [{name: np.zeros(self.dim + 1, np.int64) for name in ("indptr", "block_ptr", "payload_ptr")}
+                         for _ in range(self.n_buckets)]
+        self._bitmap_rows = [np.full(self.dim, -1, np.int32) for _ in range(self.n_buckets)]
+        dtypes = {"bitmaps": np.uint64, "blocks": np.uint32, "payload": np.uint32, "weights": np.float32}
         self._streams: list[dict[str, NpyStream]] = []
         for b in range(self.n_buckets):
             files = fmt.bucket_files(b, variant)
-            streams = {"docs": NpyStream(self._tmp / files["docs"], np.int32)}
-            if "weights" in files:
-                streams["weights"] = NpyStream(self._tmp / files["weights"], np.float32)
-            self._streams.append(streams)
+            self._streams.append({name: NpyStream(self._tmp / files[name], dtype)
+                                  for name, dtype in dtypes.items() if name in files})
 
     def add_postings(
         self, bucket: int, first_dim: int, indptr: np.ndarray, docs: np.ndarray, weights: np.ndarray | None = None
@@ -151,10 +159,18 @@ class IndexWriter:
             weights = np.asarray(weights, dtype=np.float32)
             if weights.shape != docs.shape:
                 raise ValueError(f"weights has shape {weights.shape}, docs {docs.shape}")
-        base = self._indptr[bucket][first_dim]
-        self._indptr[bucket][first_dim + 1:first_dim + n_dims + 1] = base + indptr[1:]
-        self._indptr[bucket][first_dim + n_dims + 1:] = base + indptr[-1]
-        streams["docs"].append(docs)
+        is_bitmap, bitmaps, n_blocks, n_payload, blocks, payload = compress_range(
+            indptr, docs, self.n_documents, self.bitmap_bias)
+        rows = self._bitmap_rows[bucket][first_dim:first_dim + n_dims]
+        rows[is_bitmap] = self._n_bitmaps[bucket] + np.arange(int(is_bitmap.sum()), dtype=np.int32)
+        self._n_bitmaps[bucket] += int(is_bitmap.sum())
+        for name, counts in (("indptr", np.diff(indptr)), ("block_ptr", n_blocks), ("payload_ptr", n_payload)):
+            offsets = self._offsets[bucket][name]
+            offsets[first_dim + 1:first_dim + n_dims + 1] = offsets[first_dim] + np.cumsum(counts)
+            offsets[first_dim + n_dims + 1:] = offsets[first_dim + n_dims]
+        streams["bitmaps"].append(bitmaps)
+        streams["blocks"].append(blocks)
+        streams["payload"].append(payload)
         if "weights" in streams:
             streams["weights"].append(weights)
         self._next_dim[bucket] = first_dim + n_dims
@@ -165,11 +181,16 @@ class IndexWriter:
         self._closed = True
         try:
             for b in range(self.n_buckets):
+                self._streams[b]["payload"].append(np.zeros(1, np.uint32))  # the codec's trailing pad word
                 for stream in self._streams[b].values():
                     stream.close()
-                save_npy(self._tmp / fmt.bucket_files(b, self.variant)["indptr"], self._indptr[b])
+                files = fmt.bucket_files(b, self.variant)
+                for name, offsets in self._offsets[b].items():
+                    save_npy(self._tmp / files[name], offsets)
+                save_npy(self._tmp / files["bitmap_rows"], self._bitmap_rows[b])
+            extra = {"bitmap_bias": self.bitmap_bias, **(extra_meta or {})}
             meta = fmt.make_meta(self.variant, self.dim, self.n_buckets, self.n_documents, self.encoder_digest,
-                                 self._tmp, extra_meta)
+                                 self._tmp, extra)
             write_json(self._tmp / fmt.META_FILE, meta)
         except BaseException as exc:
             self._context.__exit__(type(exc), exc, exc.__traceback__)

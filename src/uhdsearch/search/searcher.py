@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from uhdsearch.errors import DimensionMismatchError
 from uhdsearch.index.inverted import InvertedIndex
-from uhdsearch.search.scoring import Scoring, score_query
+from uhdsearch.search.scoring import Scoring
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Query, Run, ScoredDoc, as_queries
 
@@ -131,9 +131,14 @@ class Searcher:
             if not query.text.strip() or not pool:
                 run.results[query.query_id] = []
                 continue
-            scores = score_query(self.index.postings, encoded, row, n_docs, self.bucket_weights, self.scoring)
             pool_numbers = np.array([number[d] for d in pool], dtype=np.int64)
-            pool_scores = scores[pool_numbers]
+            outside = np.ones(n_docs, dtype=bool)
+            outside[pool_numbers] = False  # score only the pool: everything else counts as deleted
+            numbers, scores = self.index.search_encoded(encoded[row:row + 1], len(pool), self.bucket_weights,
+                                                        self.scoring, deleted=outside)
+            found = numbers[0] >= 0
+            score_of = dict(zip(numbers[0, found].tolist(), scores[0, found].tolist()))
+            pool_scores = np.array([score_of.get(int(n), 0.0) for n in pool_numbers])
             order = np.lexsort((np.arange(len(pool)), -pool_scores))[:k]  # stable: ties keep candidate order
             run.results[query.query_id] = [ScoredDoc(pool[i], float(pool_scores[i])) for i in order]
         return run
