@@ -344,3 +344,29 @@ def test_leftovers_of_an_interrupted_write_are_ignored_then_removed_by_the_next_
     writer.commit()
     assert live_ids(SegmentedIndex.open(path)) == ["a", "b", "d", "e"]
     assert (path / "seg_2").is_dir() and not (path / "seg_7").exists()  # the leftover's number is free again
+
+
+def test_searcher_over_a_segmented_index_equals_one_over_a_fresh_build(
+        tmp_path, tiny_encoder_session, mini_data, mini_encoding):
+    from uhdsearch.search.searcher import Searcher
+
+    doc_ids = list(mini_data.corpus)
+    digest = tiny_encoder_session.digest()
+    index = SegmentedIndex.create(tmp_path / "x", "binary", mini_encoding.dim, mini_encoding.n_buckets,
+                                  encoder_digest=digest)
+    for start in range(0, 400, 150):
+        index.add(mini_encoding[start:start + 150], doc_ids[start:start + 150])
+        index.commit()
+    index.delete(doc_ids[100:120])
+    index.add(mini_encoding[[5, 6]], doc_ids[5:7], replace=True)  # moved to the end of the numbering
+    index.commit()
+    order = live_ids(index)
+    assert len(order) == 380 and order[-2:] == doc_ids[5:7]
+    rows = [doc_ids.index(d) for d in order]
+    fresh = BinaryIndex.from_encoding(mini_encoding[rows], order, None, encoder_digest=digest)
+    reader = SegmentedIndex.open(tmp_path / "x")
+    got = Searcher(tiny_encoder_session, reader).search(mini_data.queries, k=50)
+    want = Searcher(tiny_encoder_session, fresh).search(mini_data.queries, k=50)
+    assert got.results == want.results
+    assert sum(len(r) for r in got.results.values()) > 0
+    assert not any(d in doc_ids[100:120] for r in got.results.values() for d in (h.doc_id for h in r))

@@ -520,7 +520,8 @@ def _open_newest(directory: Path, mmap: bool | None, verify: bool | None) -> tup
     for _ in range(OPEN_RETRIES):
         generations = cp.list_generations(directory)
         if not generations:
-            raise IndexFormatError(f"not a segmented uhdsearch index: {directory} has no commit_<generation>.json")
+            raise IndexFormatError(f"not a segmented uhdsearch index: {directory} has no commit_<generation>.json "
+                                   "(a plain index directory opens with InvertedIndex.load)")
         problems = []
         for generation in generations:
             try:
