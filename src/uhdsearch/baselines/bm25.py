@@ -1,4 +1,8 @@
-"""BM25 baseline on bm25s: same tokenization for documents and queries, fixed tie rule, returns a Run."""
+"""BM25 baseline on bm25s: same tokenization for documents and queries, fixed tie rule, returns a Run.
+
+Word-level by default (bm25s's lowercase word tokenizer, stopwords). `wordpiece_analyzer` gives Luan et al.'s
+BM25-uni and BM25-bi (§6.1): a BERT wordpiece tokenization, with adjacent-pair bigrams added for BM25-bi.
+"""
 from __future__ import annotations
 
 import logging
@@ -14,6 +18,7 @@ from uhdsearch.types import Document, Query, Run, ScoredDoc, as_queries
 logger = logging.getLogger(__name__)
 
 Stemmer = Callable[[list[str]], list[str]]
+Analyzer = Callable[[Sequence[str]], list[list[str]]]  # texts -> one token list per text
 BM25Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
 
 
@@ -40,6 +45,8 @@ class BM25Retriever:
         model: The bm25s index.
         stopwords: Stopword setting passed to ``bm25s.tokenize`` for documents and queries.
         stemmer: Stemmer applied to documents and queries, or None.
+        analyzer: Tokenizer used instead of ``bm25s.tokenize`` (e.g. `wordpiece_analyzer`), or None.
+        name: The name given to Runs.
     """
 
     def __init__(
@@ -48,11 +55,15 @@ class BM25Retriever:
         doc_ids: Sequence[str],
         stopwords: str | Sequence[str] | None = "en",
         stemmer: Stemmer | Any | None = None,
+        analyzer: Analyzer | None = None,
+        name: str = "bm25",
     ) -> None:
         self.model = model
         self.doc_ids = list(doc_ids)
         self.stopwords = stopwords
         self.stemmer = stemmer
+        self.analyzer = analyzer
+        self.name = name
         if model.scores["num_docs"] != len(self.doc_ids):
             raise ValueError(
                 f"the bm25s index has {model.scores['num_docs']} documents but {len(self.doc_ids)} doc_ids were given"
@@ -72,6 +83,8 @@ class BM25Retriever:
         method: BM25Method = "lucene",
         stopwords: str | Sequence[str] | None = "en",
         stemmer: str | Stemmer | Any | None = None,
+        analyzer: Analyzer | None = None,
+        name: str = "bm25",
         show_progress: bool = True,
     ) -> BM25Retriever:
         """Tokenize and index a corpus (``Document.full_text``: title and text).
@@ -85,6 +98,9 @@ class BM25Retriever:
             stemmer: None; a callable mapping a list of tokens to a list of stems; an object with a
                 ``stemWords`` method; or a PyStemmer algorithm name such as ``"porter"`` or ``"english"``
                 (needs ``pip install PyStemmer``).
+            analyzer: A callable mapping texts to token lists, used for documents and queries instead of
+                ``bm25s.tokenize`` (then `stopwords` and `stemmer` are ignored); see `wordpiece_analyzer`.
+            name: The name given to Runs (``"bm25-bi"`` ...).
             show_progress: Show tqdm bars on stderr while tokenizing and indexing.
 
         Returns:
@@ -113,17 +129,22 @@ class BM25Retriever:
             raise TypeError(
                 f"stemmer must be a callable list[str] -> list[str] or have stemWords, got {type(stemmer).__name__}"
             )
+        if analyzer is not None and not callable(analyzer):
+            raise TypeError(f"analyzer must be a callable list[str] -> list[list[str]], got {type(analyzer).__name__}")
         documents = _as_documents(corpus)
         doc_ids = [d.doc_id for d in documents]
-        tokens = bm25s.tokenize(
-            [d.full_text for d in documents], stopwords=stopwords, stemmer=stemmer, show_progress=show_progress
-        )
+        texts = [d.full_text for d in documents]
+        if analyzer is None:
+            tokens = bm25s.tokenize(texts, stopwords=stopwords, stemmer=stemmer, show_progress=show_progress)
+        else:
+            tokens = analyzer(texts)
         model = bm25s.BM25(k1=k1, b=b, method=method)
         model.index(tokens, show_progress=show_progress)
         logger.info(
-            "indexed %d documents, %d terms (k1=%s, b=%s, method=%s)", len(doc_ids), len(tokens.vocab), k1, b, method
+            "indexed %d documents, %d terms (k1=%s, b=%s, method=%s)",
+            len(doc_ids), len(model.vocab_dict), k1, b, method,
         )
-        return cls(model, doc_ids, stopwords=stopwords, stemmer=stemmer)
+        return cls(model, doc_ids, stopwords=stopwords, stemmer=stemmer, analyzer=analyzer, name=name)
 
     def search(
         self, queries: Mapping[str, str] | Sequence[Query], k: int, show_progress: bool = True
@@ -140,7 +161,7 @@ class BM25Retriever:
             show_progress: Show a tqdm bar on stderr.
 
         Returns:
-            A Run named ``"bm25"`` with one entry per query, in input order.
+            A Run named `name` (``"bm25"`` by default) with one entry per query, in input order.
 
         Raises:
             ValueError: k <= 0.
@@ -167,7 +188,7 @@ class BM25Retriever:
             scores = self.score_all(token_lists[i])
             top = _top_k(scores, k)
             results[query.query_id] = [ScoredDoc(self.doc_ids[j], float(scores[j])) for j in top]
-        return Run(results=results, name="bm25")
+        return Run(results=results, name=self.name)
 
     def tokenize_queries(self, texts: Sequence[str]) -> list[list[str]]:
         """Tokenize query texts exactly as documents were (lowercase, stopwords, stemmer).
@@ -180,6 +201,8 @@ class BM25Retriever:
         """
         if not texts:
             return []
+        if self.analyzer is not None:
+            return self.analyzer(list(texts))
         return bm25s.tokenize(
             list(texts), stopwords=self.stopwords, stemmer=self.stemmer, return_ids=False, show_progress=False
         )
@@ -197,6 +220,43 @@ class BM25Retriever:
         if not token_ids:
             return np.zeros(self.n_documents, dtype=np.float32)
         return np.asarray(self.model.get_scores_from_ids(token_ids), dtype=np.float32)
+
+
+def wordpiece_analyzer(tokenizer: Any, bigrams: bool = False) -> Analyzer:
+    """Luan et al.'s BM25 tokenization (§6.1): case-insensitive wordpieces, optionally plus their bigrams.
+
+    Every wordpiece is kept (no stopwords, no stemming), as in the paper. A bigram is two adjacent
+    wordpieces joined by a space, so it can never collide with a unigram; BM25-bi puts unigrams and
+    bigrams in one bag, and the document length BM25 normalizes by counts both.
+
+    Args:
+        tokenizer: A Hugging Face tokenizer with ``tokenize`` (e.g. ``Backbone.tokenizer``); an uncased
+            BERT vocabulary lowercases for you.
+        bigrams: Add the bigrams (BM25-bi) or not (BM25-uni).
+
+    Returns:
+        A callable mapping texts to one token list each.
+
+    Example:
+        >>> from transformers import AutoTokenizer
+        >>> from uhdsearch.encoder.backbone import default_backbone_dir
+        >>> analyze = wordpiece_analyzer(AutoTokenizer.from_pretrained(default_backbone_dir()), bigrams=True)
+        >>> analyze(["Embryonic stem"])
+        [['embryo', '##nic', 'stem', 'embryo ##nic', '##nic stem']]
+    """
+    if not callable(getattr(tokenizer, "tokenize", None)):
+        raise TypeError(f"tokenizer must have a tokenize method (a Hugging Face tokenizer), got {type(tokenizer).__name__}")
+
+    def analyze(texts: Sequence[str]) -> list[list[str]]:
+        out = []
+        for text in texts:
+            pieces = tokenizer.tokenize(text)
+            if bigrams:
+                pieces = pieces + [f"{a} {b}" for a, b in zip(pieces, pieces[1:])]
+            out.append(pieces)
+        return out
+
+    return analyze
 
 
 def _pystemmer(algorithm: str) -> Any:
