@@ -16,8 +16,8 @@ MAX_LENGTH = 64
 
 
 @pytest.fixture(scope="module")
-def backbone(tiny_backbone_dir):
-    return Backbone.from_pretrained(tiny_backbone_dir).eval()
+def backbone(dense_backbone):
+    return dense_backbone
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +26,8 @@ def documents(mini_data):
 
 
 @pytest.fixture(scope="module")
-def states(backbone, documents):
-    return compute_token_states(backbone, [d.full_text for d in documents], [backbone.n_layers], MAX_LENGTH,
-                                show_progress=False)
+def states(dense_states):
+    return dense_states
 
 
 @pytest.fixture(scope="module")

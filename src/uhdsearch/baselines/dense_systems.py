@@ -104,15 +104,16 @@ def fit_flow(kind: Literal["nice", "glow"], X: torch.Tensor, mode: Mode = "seque
 
 
 def _build_dense_flow(kind, corpus, backbone_dir, states, max_length, show_progress, mode: Mode, epochs,
-                      fit_tokens) -> DualEncoder:
+                      fit_tokens, flow_options) -> DualEncoder:
     backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
     last = backbone.n_layers
     if mode == "sequence":
-        flow, history = fit_flow(kind, _pooled_vectors(states, last), "sequence", epochs, show_progress=show_progress)
+        flow, history = fit_flow(kind, _pooled_vectors(states, last), "sequence", epochs, show_progress=show_progress,
+                                 **(flow_options or {}))
         token_transform, sequence_transform = None, flow.transform
     elif mode == "token":
         flow, history = fit_flow(kind, sample_tokens(states.layer(last), fit_tokens), "token", epochs,
-                                 show_progress=show_progress)
+                                 show_progress=show_progress, **(flow_options or {}))
         token_transform, sequence_transform = flow.transform, None
     else:
         raise ValueError(f"mode={mode!r}: use 'sequence' or 'token'")
@@ -123,16 +124,20 @@ def _build_dense_flow(kind, corpus, backbone_dir, states, max_length, show_progr
 
 def build_dense_nice(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
                      states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
-                     mode: Mode = "sequence", epochs: int | None = None, fit_tokens: int = 50_000) -> DualEncoder:
+                     mode: Mode = "sequence", epochs: int | None = None, fit_tokens: int = 50_000,
+                     flow_options: Mapping[str, Any] | None = None) -> DualEncoder:
     """`dense+nice`: a NICE flow on the backbone's mean-pooled vectors (sequence-wise by default), then cosine."""
-    return _build_dense_flow("nice", corpus, backbone_dir, states, max_length, show_progress, mode, epochs, fit_tokens)
+    return _build_dense_flow("nice", corpus, backbone_dir, states, max_length, show_progress, mode, epochs, fit_tokens,
+                             flow_options)
 
 
 def build_dense_glow(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
                      states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
-                     mode: Mode = "sequence", epochs: int | None = None, fit_tokens: int = 50_000) -> DualEncoder:
+                     mode: Mode = "sequence", epochs: int | None = None, fit_tokens: int = 50_000,
+                     flow_options: Mapping[str, Any] | None = None) -> DualEncoder:
     """`dense+glow`: a Glow flow on the backbone's mean-pooled vectors (sequence-wise by default), then cosine."""
-    return _build_dense_flow("glow", corpus, backbone_dir, states, max_length, show_progress, mode, epochs, fit_tokens)
+    return _build_dense_flow("glow", corpus, backbone_dir, states, max_length, show_progress, mode, epochs, fit_tokens,
+                             flow_options)
 
 
 # ------------------------------------------------------------------ trained DE-k and ME-m

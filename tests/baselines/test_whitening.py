@@ -1,0 +1,123 @@
+"""Whitening (zero mean, identity covariance), the isotropy metrics against direct formulas, whitened retrievers."""
+import numpy as np
+import pytest
+import torch
+
+from uhdsearch.baselines.dense_systems import build_dense_whiten_seq, build_dense_whiten_tok, isotropy_report
+from uhdsearch.baselines.whitening import Whitening, average_cosine, isotropy, pooled_embedder
+from uhdsearch.encoder.backbone import Backbone
+from uhdsearch.encoder.states import compute_token_states
+
+MAX_LENGTH = 64
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def backbone(dense_backbone):
+    return dense_backbone
+
+
+@pytest.fixture(scope="module")
+def states(dense_states):
+    return dense_states
+
+
+def anisotropic(n=3000, dim=16):
+    # a narrow cone: correlated features, unequal scales, a large common offset
+    mixing = np.eye(dim) + 0.5 * rng.standard_normal((dim, dim))
+    return rng.standard_normal((n, dim)) * np.linspace(0.1, 2.0, dim) @ mixing + 4.0
+
+
+def test_whitening_gives_zero_mean_identity_covariance_on_fit_data(states, backbone):
+    for X in (anisotropic(), states.layer(backbone.n_layers).float().numpy()):
+        Z = Whitening.fit(X).transform(X).astype(np.float64)
+        assert np.abs(Z.mean(axis=0)).max() < 1e-3
+        assert np.abs(np.cov(Z, rowvar=False) - np.eye(X.shape[1])).max() < 2e-3
+
+
+def test_dimension_cut_keeps_the_highest_variance_directions():
+    X = anisotropic()
+    w = Whitening.fit(X, dim=5)
+    Z = w.transform(X)
+    assert Z.shape == (3000, 5)
+    assert np.allclose(np.cov(Z, rowvar=False), np.eye(5), atol=1e-3)
+    variances = np.var((X - X.mean(0)) @ w.matrix * np.sqrt(np.linalg.eigvalsh(np.cov(X, rowvar=False))[::-1][:5]),
+                       axis=0)
+    assert np.all(np.diff(variances) < 0)  # columns in order of decreasing variance
+    assert torch.allclose(w.transform(torch.from_numpy(X).float()), torch.from_numpy(Z), atol=1e-4)
+
+
+def test_isotropy_equals_its_definition_and_separates_isotropic_from_anisotropic():
+    W = rng.standard_normal((50, 4)) * [1.0, 0.5, 0.3, 0.2]
+    eigenvectors = np.linalg.eigh(W.T @ W)[1].T
+    z = [np.exp(W @ c).sum() for c in eigenvectors]
+    assert isotropy(W) == pytest.approx(min(z) / max(z), rel=1e-9)
+    gaussian = rng.standard_normal((20000, 32))
+    assert isotropy(gaussian) > 0.75
+    skewed = anisotropic(20000, 32)
+    assert isotropy(skewed) < 1e-3
+    assert isotropy(Whitening.fit(skewed).transform(skewed)) > 0.75
+
+
+def test_average_cosine_equals_the_pairwise_mean():
+    W = rng.standard_normal((30, 5)) + 1.0
+    U = W / np.linalg.norm(W, axis=1, keepdims=True)
+    C = U @ U.T
+    assert average_cosine(W) == pytest.approx((C.sum() - 30) / (30 * 29), abs=1e-12)
+    assert average_cosine(rng.standard_normal((20000, 16))) == pytest.approx(0.0, abs=0.01)
+    assert average_cosine(anisotropic()) > 0.5
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="must be a 2-D array of at least 2 row vectors"):
+        isotropy(np.ones(5))
+    with pytest.raises(ValueError, match=r"dim=9 must satisfy 0 < dim <= 4"):
+        Whitening.fit(np.ones((10, 4)), dim=9)
+    with pytest.raises(ValueError, match="width 3 but this whitening was fit on width 4"):
+        Whitening.fit(rng.standard_normal((10, 4))).transform(np.ones((2, 3)))
+
+
+def test_whitened_dense_scores_are_cosines_of_whitened_vectors(backbone, states, mini_data):
+    last = backbone.n_layers
+    docs = list(mini_data.corpus.values())
+    seq = build_dense_whiten_seq(mini_data.corpus, backbone_dir=backbone, states=states, max_length=MAX_LENGTH)
+    tok = build_dense_whiten_tok(mini_data.corpus, backbone_dir=backbone, states=states, max_length=MAX_LENGTH)
+    tokens = states.layer(last).float()
+    owner = torch.from_numpy(np.repeat(np.arange(states.n), np.diff(states.offsets)))
+    means = torch.zeros(states.n, tokens.shape[1]).index_add_(0, owner, tokens) / torch.from_numpy(
+        np.diff(states.offsets)).float()[:, None]
+    w_seq = Whitening.fit(means.numpy())
+    w_tok = Whitening.fit(tokens.numpy())
+    query = mini_data.queries[2]
+    q_states = compute_token_states(backbone, [query.text], [last], MAX_LENGTH, show_progress=False)
+    q_tokens = q_states.layer(last).float()
+
+    def unit(v):
+        return v / np.linalg.norm(v)
+
+    for retriever, expected_docs, expected_query in (
+        (seq, w_seq.transform(means.numpy()), w_seq.transform(q_tokens.mean(0, keepdim=True).numpy())[0]),
+        (tok, (torch.zeros_like(means[:, :0]).new_zeros(states.n, tokens.shape[1])
+               .index_add_(0, owner, w_tok.transform(tokens)) / torch.from_numpy(np.diff(states.offsets)).float()[:, None])
+         .numpy(), w_tok.transform(q_tokens).mean(0).numpy()),
+    ):
+        got = {h.doc_id: h.score for h in retriever.search([query], k=len(docs))[query.query_id]}
+        for row in range(0, 400, 40):
+            assert got[docs[row].doc_id] == pytest.approx(float(unit(expected_docs[row]) @ unit(expected_query)),
+                                                          abs=1e-4)
+
+
+def test_pooled_embedder_without_transforms_is_mean_cosine():
+    tokens = torch.tensor([[1.0, 0.0], [3.0, 4.0], [0.0, 2.0]])
+    out = pooled_embedder()(tokens, torch.tensor([0, 0, 1]), 2)
+    assert torch.allclose(out, torch.tensor([[2 ** -0.5, 2 ** -0.5], [0.0, 1.0]]))
+
+
+def test_isotropy_report_whitening_raises_isotropy(backbone, states, mini_data):
+    report = isotropy_report(mini_data.corpus, backbone, states, max_length=MAX_LENGTH, flows=False,
+                             fit_tokens=5000)
+    assert set(report) == {"sequence/raw", "sequence/whiten", "token/raw", "token/whiten"}
+    for level in ("sequence", "token"):
+        raw, white = report[f"{level}/raw"], report[f"{level}/whiten"]
+        assert white["I(W)"] > raw["I(W)"]
+        assert abs(white["avg_cos"]) < raw["avg_cos"]
