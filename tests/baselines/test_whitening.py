@@ -121,3 +121,31 @@ def test_isotropy_report_whitening_raises_isotropy(backbone, states, mini_data):
         raw, white = report[f"{level}/raw"], report[f"{level}/whiten"]
         assert white["I(W)"] > raw["I(W)"]
         assert abs(white["avg_cos"]) < raw["avg_cos"]
+
+
+def test_uhd_over_whitened_states_equals_a_wta_with_whitening_folded_in(dense_backbone, states, mini_data):
+    """Whitening is affine, so WTA(whiten(x)) equals a WTA with weight W M^T and bias b - W M^T mu on raw x."""
+    import copy
+
+    from uhdsearch.baselines.dense_systems import build_uhd_binary
+
+    searcher = build_uhd_binary(mini_data.corpus, backbone_dir=dense_backbone, states=states, max_length=MAX_LENGTH,
+                                whiten=True, dim=1024, wta_k=8, wta_dtype="float32")
+    model = searcher.encoder
+    last = dense_backbone.n_layers
+    whitening = model.state_transforms[last].__self__
+    assert float(model.buckets.wta[str(last)].bias.detach().abs().max()) < 1e-3  # whitened states have zero mean
+    folded = copy.deepcopy(model)
+    folded.state_transforms = {}
+    wta = folded.buckets.wta[str(last)]
+    with torch.no_grad():
+        M, mu = torch.from_numpy(whitening.matrix), torch.from_numpy(whitening.mean)
+        wta.bias.copy_(wta.bias - wta.weight @ M.t() @ mu)
+        wta.weight.copy_(wta.weight @ M.t())
+    texts = [q.text for q in mini_data.queries[:5]]
+    a = model.encode_query(texts).buckets[0].toarray()
+    b = folded.encode_query(texts).buckets[0].toarray()
+    assert (a > 0).sum() > 0
+    assert np.allclose(a, b, atol=1e-3)
+    run = searcher.search(mini_data.queries[:3], k=5)
+    assert all(len(run[q.query_id]) == 5 for q in mini_data.queries[:3])

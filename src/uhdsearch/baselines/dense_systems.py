@@ -212,7 +212,8 @@ def build_sum_of_max(corpus, queries_train=None, qrels_train=None, backbone_dir:
 # ------------------------------------------------------------------ UHD over whitened backbone states
 def build_uhd_binary(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
                      states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
-                     whiten: bool = False, dim: int = 32_768, wta_k: int = 40, seed: int = 0):
+                     whiten: bool = False, dim: int = 32_768, wta_k: int = 40, seed: int = 0,
+                     wta_dtype: Literal["bfloat16", "float32"] = "bfloat16"):
     """`uhd-binary` / `uhd-binary+whiten`: the quickstart's untrained, centered WTA head on the last layer.
 
     With whiten=True the last-layer token states are whitened (fit on the corpus tokens) before the WTA
@@ -227,7 +228,7 @@ def build_uhd_binary(corpus, queries_train=None, qrels_train=None, backbone_dir:
 
     backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
     config = EncoderConfig(dim=dim, wta_k=wta_k, query_k=None, bucket_layers=(-1,), document_max_length=max_length,
-                           seed=seed)
+                           seed=seed, wta_dtype=wta_dtype)
     model = UHDEncoder(backbone, config)
     last = backbone.n_layers
     if whiten:

@@ -170,7 +170,7 @@ def train_dual_encoder(
         if document_states.n != len(documents):
             raise ValueError(f"states cover {document_states.n} texts but there are {len(documents)} documents")
         query_texts = sorted(positives)
-        query_states = compute_token_states(backbone, query_texts, [last], max_length, show_progress=False)
+        query_states = _cached_query_states(backbone, query_texts, max_length)
         query_row = {q: i for i, q in enumerate(query_texts)}
 
     per_epoch = len(unique_document_batches(pairs, args.batch_size, args.seed))
@@ -226,6 +226,19 @@ def train_dual_encoder(
     backbone.eval()
     result.seconds = time.perf_counter() - start
     return result
+
+
+_QUERY_STATES: dict[tuple, TokenStates] = {}
+
+
+def _cached_query_states(backbone: Backbone, texts: list[str], max_length: int) -> TokenStates:
+    """States of the training queries; the last set is kept, so DE-k and ME-m runs on one backbone share them."""
+    key = (id(backbone), backbone.n_layers, max_length, hash(tuple(texts)))
+    if key not in _QUERY_STATES:
+        _QUERY_STATES.clear()
+        _QUERY_STATES[key] = compute_token_states(backbone, texts, [backbone.n_layers], max_length,
+                                                  show_progress=False)
+    return _QUERY_STATES[key]
 
 
 def _document_scores(head, q, d_tokens, d_owner, n_docs: int, m: int) -> torch.Tensor:
