@@ -17,7 +17,7 @@ def encoder(tiny_backbone_dir):
 
 @pytest.fixture(scope="module")
 def retriever(mini_data, encoder):
-    corpus = dict(list(mini_data.corpus.items())[:120])
+    corpus = dict(list(mini_data.corpus.items())[:64])
     return SpladeRetriever.build(corpus, max_length=64, encoder=encoder)
 
 

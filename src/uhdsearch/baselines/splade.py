@@ -117,8 +117,9 @@ class SpladeEncoder:
                 enc = self.tokenizer(batch, truncation=True, max_length=max_length, padding=True,
                                      return_tensors="pt")
                 logits = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
-                weights = torch.log1p(torch.relu(logits)) * enc["attention_mask"].unsqueeze(-1)
-                rows.append(sp.csr_matrix(weights.amax(dim=1).numpy()))
+                # log(1 + ReLU(.)) is monotone, so max first and transform (batch, vocab) instead of every token.
+                logits.masked_fill_(enc["attention_mask"].unsqueeze(-1) == 0, -torch.inf)
+                rows.append(sp.csr_matrix(torch.log1p(torch.relu(logits.amax(dim=1))).numpy()))
         if not rows:
             return SparseEncoding([sp.csr_matrix((0, self.vocab_size), dtype=np.float32)])
         stacked = sp.vstack(rows, format="csr")

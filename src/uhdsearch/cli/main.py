@@ -186,6 +186,42 @@ def evaluate(
     typer.echo(json.dumps({m: round(v, 4) for m, v in scores.items()}))
 
 
+@app.command(name="compare")
+def compare_systems(
+    data: Optional[Path] = typer.Option(None, "--data", help="BEIR-layout collection (default: bundled SciFact)."),
+    train_data: Optional[Path] = typer.Option(None, "--train-data",
+                                              help="Train UHD on this collection instead (out of domain)."),
+    systems: str = typer.Option("all", "--systems", help="Comma-separated system names, or 'all'."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Results JSON, e.g. benchmarks/results/baselines_scifact.json."),
+    split: str = typer.Option("test", "--split", help="qrels split to evaluate on."),
+    fast: bool = typer.Option(False, "--fast", help="The quickstart's fast UHD recipe (small head, 1 min training)."),
+    backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
+    document_max_length: int = typer.Option(256, "--document-max-length"),
+    k: int = typer.Option(1000, "--k", help="Results per query."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+    list_systems: bool = typer.Option(False, "--list", help="Print the registered system names and exit."),
+) -> None:
+    """Build or train each system, evaluate on --split, print a table with paired t-tests against bm25."""
+    from uhdsearch.comparison import SYSTEMS, run_comparison
+
+    if list_systems:
+        typer.echo("\n".join(SYSTEMS))
+        return
+    if data is not None and not data.is_dir():
+        raise FileNotFoundError(f"--data {data} is not a directory")
+    if train_data is not None and not train_data.is_dir():
+        raise FileNotFoundError(f"--train-data {train_data} is not a directory")
+    if k <= 0:
+        raise ValueError(f"--k {k} must be a positive integer")
+    if document_max_length <= 0:
+        raise ValueError(f"--document-max-length {document_max_length} must be a positive integer")
+    report = run_comparison(data, systems, train_data_dir=train_data, split=split, fast=fast, backbone=backbone,
+                            max_length=document_max_length, k=k, out_path=out, overwrite=overwrite)
+    typer.echo(report.format_table())
+    if out is not None:
+        typer.echo(f"wrote {out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning user errors into one line on stderr and exit code 2."""
     _state["debug"] = False

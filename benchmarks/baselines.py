@@ -1,0 +1,43 @@
+"""The comparison table of issue 3: every system on one BEIR collection, paired t-tests against BM25.
+
+Writes benchmarks/results/baselines_<dataset>.json (see uhdsearch.comparison.run_comparison) and prints the table.
+
+    .venv/bin/python benchmarks/baselines.py                                   # bundled SciFact, every system
+    .venv/bin/python benchmarks/baselines.py --fast --systems bm25,bm25-uni,bm25-bi,splade-tiny,dense,\
+        uhd-binary,uhd-weighted,hybrid-uhd-bm25,hybrid-dense-bm25,rrf-uhd-bm25
+    .venv/bin/python benchmarks/baselines.py --data ../shared/data/cisi --train-data src/uhdsearch/data/scifact
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from uhdsearch.comparison import run_comparison
+from uhdsearch.evaluation.datasets import bundled_dataset_dir
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=None, help="BEIR collection (default: bundled SciFact)")
+    parser.add_argument("--train-data", type=Path, default=None, help="out-of-domain training collection")
+    parser.add_argument("--systems", default="all", help="comma-separated names or 'all'")
+    parser.add_argument("--fast", action="store_true", help="the quickstart's fast UHD recipe")
+    parser.add_argument("--backbone", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="default: results/baselines_<dataset>.json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    data = args.data or bundled_dataset_dir("scifact")
+    suffix = f"_from_{args.train_data.name}" if args.train_data else ""
+    out = args.out or RESULTS / f"baselines_{data.name}{suffix}.json"
+    report = run_comparison(data, args.systems, train_data_dir=args.train_data, fast=args.fast,
+                            backbone=args.backbone, out_path=out, overwrite=True)
+    print(report.format_table())
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
