@@ -36,19 +36,19 @@ def document_vectors(items: list[tuple[str, int]]) -> SparseEncoding:
     return SparseEncoding([matrix])
 
 
-def read_log(path: Path) -> tuple[dict, dict | None]:
-    """The last committed entry, and the last pending entry written after it (or None)."""
-    committed, pending = None, None
-    for line in path.read_text().splitlines():
+def logged_states(path: Path) -> tuple[dict[int, dict], dict | None]:
+    """Committed entries by generation, and the pending entry written after the last of them (or None)."""
+    committed, pending = {}, None
+    for line in Path(path).read_text().splitlines():
         try:
             entry = json.loads(line)
         except ValueError:
             continue  # the line a kill cut short
-        if "committed" in entry:
-            committed, pending = entry, None
+        if entry.get("committed") is not None:
+            committed[entry["committed"]], pending = entry, None
         else:
             pending = entry
-    if committed is None:
+    if not committed:
         raise ValueError(f"{path} has no committed entry")
     return committed, pending
 
@@ -56,7 +56,8 @@ def read_log(path: Path) -> tuple[dict, dict | None]:
 def run_writer(index_dir: str, log_path: str, seed: int, on_ready: Callable[[], object]) -> None:
     """Change the index forever (the test kills it); `on_ready` is called once the writer holds the lock."""
     index = SegmentedIndex.open(index_dir, writable=True, max_segments=4)
-    committed, _ = read_log(Path(log_path))
+    by_generation, _ = logged_states(Path(log_path))
+    committed = by_generation[index.generation]
     live: dict[str, int] = dict(committed["live"])
     next_id = committed["next_id"]
     rng = np.random.default_rng(seed)

@@ -1,10 +1,11 @@
 """kill -9 a SegmentedIndex writer at random moments: the index always opens at its last commit, correct.
 
-Precisely, with C the last complete "committed" line of the writer's log and P a "pending" line after it (see
-segments_crash_writer.py): the reader opens generation C with C's documents, or, only when P exists,
-generation C + 1 with P's documents (the kill came after the commit file was renamed into place but before
-the writer could log it). Nothing else is acceptable, and no fallback warning may appear: a crash alone must
-never leave a commit file that fails to validate.
+Precisely (log format in segments_crash_writer.py): a reader opens some generation G. If the log has a
+"committed" line for G, the reader holds exactly that line's documents. Otherwise G must be the last logged
+commit + 1 and a "pending" line must follow that commit: the reader holds the pending line's documents (the
+commit file was renamed into place, but the writer was killed, or is still running, before it could log it).
+Nothing else is acceptable, and no fallback warning may appear: neither a crash nor a concurrent writer may
+leave a reader with a commit that fails to validate. Readers are checked after every kill and while writers run.
 """
 import json
 import multiprocessing
@@ -17,7 +18,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from segments_crash_writer import DIM, document_vectors, read_log, serve
+from segments_checks import assert_same_ranking, ranking
+from segments_crash_writer import DIM, document_vectors, logged_states, serve
 from uhdsearch.index import commit as cp
 from uhdsearch.index.inverted import WeightedIndex
 from uhdsearch.index.segments import SegmentedIndex
@@ -40,10 +42,23 @@ def launcher(tmp_path_factory):
         process.kill()
 
 
-def ranking(index, queries):
-    numbers, scores = index.search_encoded(queries, 1000, [1.0], "weighted")
-    ids = index.doc_ids
-    return [[(ids[n], s) for n, s in zip(row_n, row_s) if n >= 0] for row_n, row_s in zip(numbers, scores)]
+def open_and_check(path, log_path):
+    """Open the index (no fallback warning allowed) and check it against the writer's log, as the module
+    docstring defines. Returns the reader and whether it holds a commit the log has not confirmed yet."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reader = SegmentedIndex.open(path)
+    by_generation, pending = logged_states(log_path)
+    unconfirmed = reader.generation not in by_generation
+    if unconfirmed:
+        last = max(by_generation)
+        assert pending is not None and reader.generation == last + 1, (
+            f"opened generation {reader.generation}; the last logged commit is {last}")
+        live = pending["live"]
+    else:
+        live = by_generation[reader.generation]["live"]
+    assert sorted(d for d in reader.doc_ids if d is not None) == sorted(live)
+    return reader, unconfirmed
 
 
 def test_kill_9_at_random_moments_always_leaves_the_last_commit(tmp_path, launcher):
@@ -52,36 +67,35 @@ def test_kill_9_at_random_moments_always_leaves_the_last_commit(tmp_path, launch
     log_path.write_text(json.dumps({"committed": 1, "live": {}, "next_id": 0}) + "\n")
     rng = np.random.default_rng(0)
     queries = SparseEncoding([sp.random(8, DIM, density=0.4, format="csr", dtype=np.float32, random_state=rng)])
-    outcomes = {"committed": 0, "pending": 0}
+    outcomes = {"committed": 0, "unconfirmed": 0, "concurrent opens": 0}
     for kill in range(N_KILLS):
         launcher.send(("start", str(path), str(log_path), kill))
         pid, started = launcher.recv()
         if started:
-            time.sleep(rng.uniform(0.0, 0.3))
+            deadline = time.monotonic() + rng.uniform(0.0, 0.3)
+            while time.monotonic() < deadline:  # readers open while the writer commits and cleans up
+                open_and_check(path, log_path)
+                outcomes["concurrent opens"] += 1
             os.kill(pid, signal.SIGKILL)
         launcher.send(("reap", pid))
         status = launcher.recv()
         assert started and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
             f"writer {kill} stopped on its own (wait status {status}); its traceback is on stderr")
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            reader = SegmentedIndex.open(path)
-        committed, pending = read_log(log_path)
-        if reader.generation == committed["committed"]:
-            expected, outcomes["committed"] = committed, outcomes["committed"] + 1
-        else:
-            assert pending is not None and reader.generation == committed["committed"] + 1, (
-                f"kill {kill}: opened generation {reader.generation}, last logged commit {committed['committed']}")
-            expected, outcomes["pending"] = pending, outcomes["pending"] + 1
-            with open(log_path, "a") as log:  # the next writer starts from what is really committed
+        reader, unconfirmed = open_and_check(path, log_path)
+        _, pending = logged_states(log_path)
+        live = pending["live"] if unconfirmed else logged_states(log_path)[0][reader.generation]["live"]
+        outcomes["unconfirmed" if unconfirmed else "committed"] += 1
+        if unconfirmed:  # the next writer starts from what is really committed
+            with open(log_path, "a") as log:
                 log.write(json.dumps({**pending, "pending": None, "committed": reader.generation}) + "\n")
-        live = expected["live"]
-        order = [d for d in reader.doc_ids if d is not None]
-        assert sorted(order) == sorted(live)
         if live:
+            order = [d for d in reader.doc_ids if d is not None]
             fresh = WeightedIndex.from_encoding(document_vectors([(d, live[d]) for d in order]), order, None)
-            assert ranking(reader, queries) == ranking(fresh, queries)
+            assert_same_ranking(ranking(reader, queries, [1.0], "weighted"), ranking(fresh, queries, [1.0], "weighted"),
+                                exact=False)
+            assert_same_ranking(ranking(reader, queries, [1.0], "binary"), ranking(fresh, queries, [1.0], "binary"),
+                                exact=True)
 
     final = SegmentedIndex.open(path, writable=True)  # the lock died with the last writer
     referenced = set()
@@ -90,4 +104,4 @@ def test_kill_9_at_random_moments_always_leaves_the_last_commit(tmp_path, launch
     assert {p.name for p in path.iterdir()} - referenced == {cp.LOCK_FILE}  # leftovers cleaned up
     final.close()
     assert final.generation > N_KILLS  # the writers got real work done between kills
-    print(f"kills: {outcomes}, final generation {final.generation}, {final.n_documents} live documents")
+    print(f"outcomes: {outcomes}, final generation {final.generation}, {final.n_documents} live documents")

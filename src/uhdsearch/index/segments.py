@@ -530,12 +530,16 @@ def _open_newest(directory: Path, mmap: bool | None, verify: bool | None) -> tup
             except (FileNotFoundError, IndexFormatError) as exc:
                 problems.append(f"{cp.commit_name(generation)}: {exc}")
                 continue
-            if problems:
-                warnings.warn(f"skipped newer commits of {directory} that do not validate ({'; '.join(problems)}); "
-                              f"opened generation {generation}", stacklevel=3)
-            return body, segments
-        if cp.list_generations(directory) == generations:  # not a race with a writer: really broken
-            raise IndexFormatError(f"no valid commit in {directory}: {'; '.join(problems)}")
+            if not problems:
+                return body, segments
+            if cp.list_generations(directory) == generations:  # really damaged, not a race with a writer
+                warnings.warn(f"skipped newer commits of {directory} that do not validate "
+                              f"({'; '.join(problems)}); opened generation {generation}", stacklevel=3)
+                return body, segments
+            break  # a writer committed and removed files meanwhile: start again
+        else:
+            if cp.list_generations(directory) == generations:
+                raise IndexFormatError(f"no valid commit in {directory}: {'; '.join(problems)}")
     raise IndexFormatError(f"{directory} kept changing while it was being opened; try again")
 
 
