@@ -422,8 +422,10 @@ class SegmentedIndex:
         if self._buffer:
             encoding, ids = self._buffer_encoding()
             self._segments.append(self._new_segment(encoding, ids))
+            if self._where is not None:  # other segments keep their positions: no need to rebuild the map
+                position = len(self._segments) - 1
+                self._where.update((d, (position, row)) for row, d in enumerate(ids))
         self._chunks, self._buffer = [], {}
-        self._where = None
         self._changed()
 
     def _merge(self, max_segments: int) -> None:
@@ -474,8 +476,9 @@ class SegmentedIndex:
         previous, self._body = self._body, body
         for s in kept:
             s.dirty = False
+        if len(kept) != len(self._segments):
+            self._where = None  # positions shifted
         self._segments = kept
-        self._where = None
         self._changed()
         self._pending = False
         keep = cp.referenced_files(body) | cp.referenced_files(previous)
