@@ -1,4 +1,5 @@
-"""Commit points of a segmented index: file names, checksummed commit files, deletion bitsets, the write lock.
+"""Commit points of a segmented index: file names, checksummed commit files, deletion bitsets, the write lock,
+and opening the newest commit that validates.
 
 A commit `commit_<generation>.json` names the segments and the deletion file of each; it is the only thing a
 reader trusts. Everything else in the directory that no commit names is a leftover of an interrupted write.
@@ -9,8 +10,12 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
+import shutil
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +24,15 @@ import numpy as np
 from uhdsearch._version import __version__
 from uhdsearch.errors import IndexFormatError, UhdError
 from uhdsearch.index import format as fmt
+from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.io import atomic_write_text, load_npy, save_npy
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "uhd-segmented-index"
 FORMAT_VERSION = 1
 LOCK_FILE = "write.lock"
+OPEN_RETRIES = 5  # a concurrent writer may remove an old commit while a reader is opening it
 _COMMIT = re.compile(r"commit_(\d+)\.json")
 _SEGMENT = re.compile(r"seg_(\d+)")
 _DELETIONS = re.compile(r"seg_(\d+)\.del_(\d+)\.npy")
@@ -193,3 +202,109 @@ class WriteLock:
         if not self._file.closed:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
             self._file.close()
+
+
+@dataclass
+class Segment:
+    """One immutable segment as a commit names it, with its current deletion mask."""
+
+    name: str
+    index: InvertedIndex
+    deleted: np.ndarray  # (n_documents,) bool; replaced, never modified, once committed
+    deletions: dict[str, str] | None  # {"file", "sha256"} of the committed deletion file
+    meta_sha256: str
+    dirty: bool = False  # deletions changed since the last commit
+
+    @property
+    def n_live(self) -> int:
+        return self.index.n_documents - int(self.deleted.sum())
+
+
+def open_newest(directory: Path, mmap: bool | None, verify: bool | None) -> tuple[dict[str, Any], list[Segment]]:
+    """The newest commit whose files all validate, and its segments; older ones with a warning.
+
+    Raises:
+        IndexFormatError: no commit file, or none that validates.
+    """
+    for _ in range(OPEN_RETRIES):
+        generations = list_generations(directory)
+        if not generations:
+            raise IndexFormatError(f"not a segmented uhdsearch index: {directory} has no commit_<generation>.json "
+                                   "(a plain index directory opens with InvertedIndex.load)")
+        problems = []
+        for generation in generations:
+            try:
+                body = read_commit(directory, generation)
+                segments = _load_segments(directory, body, mmap, verify)
+            except (FileNotFoundError, IndexFormatError) as exc:
+                problems.append(f"{commit_name(generation)}: {exc}")
+                continue
+            if not problems:
+                return body, segments
+            if list_generations(directory) == generations:  # really damaged, not a race with a writer
+                warnings.warn(f"skipped newer commits of {directory} that do not validate "
+                              f"({'; '.join(problems)}); opened generation {generation}", stacklevel=3)
+                return body, segments
+            break  # a writer committed and removed files meanwhile: start again
+        else:
+            if list_generations(directory) == generations:
+                raise IndexFormatError(f"no valid commit in {directory}: {'; '.join(problems)}")
+    raise IndexFormatError(f"{directory} kept changing while it was being opened; try again")
+
+
+def _load_segments(directory: Path, body: dict[str, Any], mmap: bool | None, verify: bool | None) -> list[Segment]:
+    where = directory / commit_name(body["generation"])
+    try:
+        entries = list(body["segments"])
+        variant, dim, n_buckets = body["variant"], body["dim"], body["n_buckets"]
+        body["next_segment"], body["encoder_digest"]  # noqa: B018 - presence check
+    except (KeyError, TypeError) as exc:
+        raise IndexFormatError(f"{where} lacks field {exc}; it was not written by uhdsearch") from exc
+    segments = []
+    for entry in entries:
+        try:
+            name, n_documents, n_deleted = entry["name"], entry["n_documents"], entry["n_deleted"]
+            meta_sha256, deletions = entry["meta_sha256"], entry["deletions"]
+        except (KeyError, TypeError) as exc:
+            raise IndexFormatError(f"{where}: a segment entry lacks {exc}") from exc
+        segment_dir = directory / name
+        if sha256(segment_dir / fmt.META_FILE) != meta_sha256:
+            raise IndexFormatError(f"{segment_dir / fmt.META_FILE} is not the one {where.name} names: altered")
+        index = InvertedIndex.load(segment_dir, mmap=mmap, verify=verify)
+        if (index.variant, index.dim, index.n_buckets, index.n_documents) != (variant, dim, n_buckets, n_documents):
+            raise IndexFormatError(
+                f"segment {segment_dir} is {index.variant} dim={index.dim} n_buckets={index.n_buckets} with "
+                f"{index.n_documents} documents; {where.name} expects {variant} dim={dim} n_buckets={n_buckets} "
+                f"with {n_documents}"
+            )
+        if deletions:
+            deleted = read_deletions(directory / deletions["file"], n_documents, deletions["sha256"])
+        else:
+            deleted = np.zeros(n_documents, np.bool_)
+        if int(deleted.sum()) != n_deleted:
+            raise IndexFormatError(f"{where.name}: {name} should have {n_deleted} deletions, its file has "
+                                   f"{int(deleted.sum())}")
+        segments.append(Segment(name, index, deleted, deletions, meta_sha256))
+    return segments
+
+
+def referenced_by_any_commit(directory: Path) -> set[str]:
+    """Files named by every commit that parses: what a writer must not remove when it opens."""
+    keep: set[str] = set()
+    for generation in list_generations(directory):
+        try:
+            keep |= referenced_files(read_commit(directory, generation))
+        except (FileNotFoundError, IndexFormatError, KeyError, TypeError):
+            keep.add(commit_name(generation))  # left for inspection; the next commit removes it
+    return keep
+
+
+def remove(paths: list[Path]) -> None:
+    """Delete leftovers (files or segment directories)."""
+    # Commit files first, so that no commit ever names a file that is already gone.
+    for p in sorted(paths, key=lambda p: not p.name.startswith("commit_")):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        logger.debug("removed leftover %s", p)

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,23 +25,6 @@ from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
 from uhdsearch.sparse import SparseEncoding
 
 logger = logging.getLogger(__name__)
-
-OPEN_RETRIES = 5  # a concurrent writer may remove an old commit while a reader is opening it
-
-
-@dataclass
-class _Segment:
-    name: str
-    index: InvertedIndex
-    deleted: np.ndarray  # (n_documents,) bool; replaced, never modified, once committed
-    deletions: dict[str, str] | None  # {"file", "sha256"} of the committed deletion file
-    meta_sha256: str
-    dirty: bool = False  # deletions changed since the last commit
-
-    @property
-    def n_live(self) -> int:
-        return self.index.n_documents - int(self.deleted.sum())
-
 
 class SegmentedIndex:
     """An index that takes additions and deletions by doc id without a rebuild, safe against kill -9.
@@ -59,7 +40,7 @@ class SegmentedIndex:
     """
 
     def __init__(
-        self, directory: Path, body: dict[str, Any], segments: list[_Segment], lock: cp.WriteLock | None,
+        self, directory: Path, body: dict[str, Any], segments: list[cp.Segment], lock: cp.WriteLock | None,
         max_segments: int | None,
     ) -> None:
         self.path = directory
@@ -131,9 +112,9 @@ class SegmentedIndex:
             raise FileNotFoundError(f"no index directory at {directory}")
         lock = cp.WriteLock(directory) if writable else None
         try:
-            body, segments = _open_newest(directory, mmap, verify)
+            body, segments = cp.open_newest(directory, mmap, verify)
             if lock is not None:
-                _remove(cp.leftovers(directory, _referenced_by_any_commit(directory)))
+                cp.remove(cp.leftovers(directory, cp.referenced_by_any_commit(directory)))
         except BaseException:
             if lock is not None:
                 lock.release()
@@ -407,14 +388,14 @@ class SegmentedIndex:
         rows = np.array([starts[c] + r for c, r in self._buffer.values()], dtype=np.int64)
         return SparseEncoding.concat(self._chunks)[rows], list(self._buffer)
 
-    def _new_segment(self, encoding: SparseEncoding, doc_ids: list[str]) -> _Segment:
+    def _new_segment(self, encoding: SparseEncoding, doc_ids: list[str]) -> cp.Segment:
         name = cp.segment_name(self._next_segment)
         self._next_segment += 1
         directory = self.path / name
         index = _index_class(self.variant).from_encoding(encoding, doc_ids, directory,
                                                          encoder_digest=self.encoder_digest)
         cp.fsync_tree(directory)
-        return _Segment(name, index, np.zeros(len(doc_ids), np.bool_), None,
+        return cp.Segment(name, index, np.zeros(len(doc_ids), np.bool_), None,
                         cp.sha256(directory / fmt.META_FILE))
 
     def _flush(self) -> None:
@@ -438,7 +419,7 @@ class SegmentedIndex:
             groups = [list(range(start, start + width))]
         else:
             groups = [[i] for i, s in enumerate(segments) if s.deleted.any()]
-        replaced: dict[int, _Segment | None] = {}
+        replaced: dict[int, cp.Segment | None] = {}
         for group in groups:
             encodings, ids = [], []
             for s in (segments[i] for i in group):
@@ -482,7 +463,7 @@ class SegmentedIndex:
         self._changed()
         self._pending = False
         keep = cp.referenced_files(body) | cp.referenced_files(previous)
-        _remove(cp.leftovers(self.path, keep))
+        cp.remove(cp.leftovers(self.path, keep))
         return generation
 
 
@@ -519,85 +500,3 @@ def _check_max_segments(value, name: str, allow_none: bool) -> int | None:
     return int(value)
 
 
-def _open_newest(directory: Path, mmap: bool | None, verify: bool | None) -> tuple[dict[str, Any], list[_Segment]]:
-    for _ in range(OPEN_RETRIES):
-        generations = cp.list_generations(directory)
-        if not generations:
-            raise IndexFormatError(f"not a segmented uhdsearch index: {directory} has no commit_<generation>.json "
-                                   "(a plain index directory opens with InvertedIndex.load)")
-        problems = []
-        for generation in generations:
-            try:
-                body = cp.read_commit(directory, generation)
-                segments = _load_segments(directory, body, mmap, verify)
-            except (FileNotFoundError, IndexFormatError) as exc:
-                problems.append(f"{cp.commit_name(generation)}: {exc}")
-                continue
-            if not problems:
-                return body, segments
-            if cp.list_generations(directory) == generations:  # really damaged, not a race with a writer
-                warnings.warn(f"skipped newer commits of {directory} that do not validate "
-                              f"({'; '.join(problems)}); opened generation {generation}", stacklevel=3)
-                return body, segments
-            break  # a writer committed and removed files meanwhile: start again
-        else:
-            if cp.list_generations(directory) == generations:
-                raise IndexFormatError(f"no valid commit in {directory}: {'; '.join(problems)}")
-    raise IndexFormatError(f"{directory} kept changing while it was being opened; try again")
-
-
-def _load_segments(directory: Path, body: dict[str, Any], mmap: bool | None, verify: bool | None) -> list[_Segment]:
-    where = directory / cp.commit_name(body["generation"])
-    try:
-        entries = list(body["segments"])
-        variant, dim, n_buckets = body["variant"], body["dim"], body["n_buckets"]
-        body["next_segment"], body["encoder_digest"]  # noqa: B018 - presence check
-    except (KeyError, TypeError) as exc:
-        raise IndexFormatError(f"{where} lacks field {exc}; it was not written by uhdsearch") from exc
-    segments = []
-    for entry in entries:
-        try:
-            name, n_documents, n_deleted = entry["name"], entry["n_documents"], entry["n_deleted"]
-            meta_sha256, deletions = entry["meta_sha256"], entry["deletions"]
-        except (KeyError, TypeError) as exc:
-            raise IndexFormatError(f"{where}: a segment entry lacks {exc}") from exc
-        segment_dir = directory / name
-        if cp.sha256(segment_dir / fmt.META_FILE) != meta_sha256:
-            raise IndexFormatError(f"{segment_dir / fmt.META_FILE} is not the one {where.name} names: altered")
-        index = InvertedIndex.load(segment_dir, mmap=mmap, verify=verify)
-        if (index.variant, index.dim, index.n_buckets, index.n_documents) != (variant, dim, n_buckets, n_documents):
-            raise IndexFormatError(
-                f"segment {segment_dir} is {index.variant} dim={index.dim} n_buckets={index.n_buckets} with "
-                f"{index.n_documents} documents; {where.name} expects {variant} dim={dim} n_buckets={n_buckets} "
-                f"with {n_documents}"
-            )
-        if deletions:
-            deleted = cp.read_deletions(directory / deletions["file"], n_documents, deletions["sha256"])
-        else:
-            deleted = np.zeros(n_documents, np.bool_)
-        if int(deleted.sum()) != n_deleted:
-            raise IndexFormatError(f"{where.name}: {name} should have {n_deleted} deletions, its file has "
-                                   f"{int(deleted.sum())}")
-        segments.append(_Segment(name, index, deleted, deletions, meta_sha256))
-    return segments
-
-
-def _referenced_by_any_commit(directory: Path) -> set[str]:
-    """Files named by every commit that parses: what a writer must not remove when it opens."""
-    keep: set[str] = set()
-    for generation in cp.list_generations(directory):
-        try:
-            keep |= cp.referenced_files(cp.read_commit(directory, generation))
-        except (FileNotFoundError, IndexFormatError, KeyError, TypeError):
-            keep.add(cp.commit_name(generation))  # left for inspection; the next commit removes it
-    return keep
-
-
-def _remove(paths: list[Path]) -> None:
-    # Commit files first, so that no commit ever names a file that is already gone.
-    for p in sorted(paths, key=lambda p: not p.name.startswith("commit_")):
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
-        logger.debug("removed leftover %s", p)
