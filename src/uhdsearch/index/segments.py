@@ -26,6 +26,7 @@ from uhdsearch.sparse import SparseEncoding
 
 logger = logging.getLogger(__name__)
 
+
 class SegmentedIndex:
     """An index that takes additions and deletions by doc id without a rebuild, safe against kill -9.
 
@@ -395,8 +396,7 @@ class SegmentedIndex:
         index = _index_class(self.variant).from_encoding(encoding, doc_ids, directory,
                                                          encoder_digest=self.encoder_digest)
         cp.fsync_tree(directory)
-        return cp.Segment(name, index, np.zeros(len(doc_ids), np.bool_), None,
-                        cp.sha256(directory / fmt.META_FILE))
+        return cp.Segment(name, index, np.zeros(len(doc_ids), np.bool_), None, cp.sha256(directory / fmt.META_FILE))
 
     def _flush(self) -> None:
         """Write uncommitted additions as one new segment (not yet named by any commit)."""
