@@ -19,7 +19,7 @@ import numba
 import numpy as np
 
 BLOCK = 128  # postings per packed block: small enough to seek by first doc, large enough to amortise its 8 bytes
-DEFAULT_BITMAP_BIAS = 1.0  # a dim becomes a bitmap when bitmap bytes <= bias x packed bytes
+DEFAULT_BITMAP_BIAS = 8.0  # bitmap when its bytes <= 8 x the packed list's: ~1.05 B/posting, 4-10x faster than 1.0
 
 
 @dataclass

@@ -103,145 +103,290 @@ def _first_block(blocks, start, end, doc):
     return lo
 
 
+@numba.njit(cache=True, inline="always")
+def _csa(a, b, c):
+    """Carry-save adder: three words of bits in, (sum bits, carry bits) out, for 64 documents at once."""
+    t = a ^ b
+    return t ^ c, (a & b) | (c & t)
+
+
+@numba.njit(cache=True)
+def _accumulate_bitmaps(bitmaps, bases, n_w, w0, n_planes, planes):
+    """Set planes to the per-document counts of the bitmaps whose rows start at `bases`, for words w0..w0+n_w.
+
+    Bit-sliced: plane j holds bit j of 64 documents' counts (word w's planes at planes[w n_planes:]). Groups of
+    15 bitmap words reduce to a 4-bit count per document with 11 carry-save adders before one add into the
+    planes; the last, partial group is added one bitmap at a time with a ripple carry.
+    """
+    planes[:n_w * n_planes] = 0
+    n_full = bases.shape[0] // 15 * 15
+    for g in range(0, n_full, 15):
+        b0, b1, b2, b3, b4 = bases[g] + w0, bases[g + 1] + w0, bases[g + 2] + w0, bases[g + 3] + w0, bases[g + 4] + w0
+        b5, b6, b7, b8, b9 = bases[g + 5] + w0, bases[g + 6] + w0, bases[g + 7] + w0, bases[g + 8] + w0, bases[g + 9] + w0
+        b10, b11, b12 = bases[g + 10] + w0, bases[g + 11] + w0, bases[g + 12] + w0
+        b13, b14 = bases[g + 13] + w0, bases[g + 14] + w0
+        for w in range(n_w):
+            a1, c1 = _csa(bitmaps[b0 + w], bitmaps[b1 + w], bitmaps[b2 + w])
+            a2, c2 = _csa(bitmaps[b3 + w], bitmaps[b4 + w], bitmaps[b5 + w])
+            a3, c3 = _csa(bitmaps[b6 + w], bitmaps[b7 + w], bitmaps[b8 + w])
+            a4, c4 = _csa(bitmaps[b9 + w], bitmaps[b10 + w], bitmaps[b11 + w])
+            a5, c5 = _csa(bitmaps[b12 + w], bitmaps[b13 + w], bitmaps[b14 + w])
+            e1, d1 = _csa(a1, a2, a3)
+            s0, d2 = _csa(a4, a5, e1)
+            f1, g1 = _csa(c1, c2, c3)
+            f2, g2 = _csa(c4, c5, d1)
+            s1, g3 = _csa(f1, f2, d2)
+            s2, s3 = _csa(g1, g2, g3)
+            # add the 4-bit number (s3 s2 s1 s0) into the planes, then ripple the carry
+            q = w * n_planes
+            p = planes[q]
+            carry = p & s0
+            planes[q] = p ^ s0
+            p = planes[q + 1]
+            t = p ^ s1
+            planes[q + 1] = t ^ carry
+            carry = (p & s1) | (carry & t)
+            p = planes[q + 2]
+            t = p ^ s2
+            planes[q + 2] = t ^ carry
+            carry = (p & s2) | (carry & t)
+            p = planes[q + 3]
+            t = p ^ s3
+            planes[q + 3] = t ^ carry
+            carry = (p & s3) | (carry & t)
+            j = 4
+            while carry:
+                p = planes[q + j]
+                planes[q + j] = p ^ carry
+                carry &= p
+                j += 1
+    for g in range(n_full, bases.shape[0]):
+        base = bases[g] + w0
+        for w in range(n_w):
+            x = bitmaps[base + w]
+            q = w * n_planes
+            while x:
+                carry = planes[q] & x
+                planes[q] ^= x
+                x = carry
+                q += 1
+
+
+@numba.njit(cache=True, inline="always")
+def _planes_max(planes, q, n_planes):
+    """Largest count held by the 64 vertical counters of one word."""
+    candidates = ~np.uint64(0)
+    largest = 0
+    for j in range(n_planes - 1, -1, -1):
+        t = planes[q + j] & candidates
+        if t:
+            candidates = t
+            largest |= 1 << j
+    return largest
+
+
+@numba.njit(cache=True, inline="always")
+def _planes_extract(planes, q, n_planes, counts, at):
+    for plane in range(n_planes):
+        x = planes[q + plane]
+        while x:
+            bit = _trailing_zeros(x)
+            counts[at + bit] += 1 << plane
+            x &= x - np.uint64(1)
+
+
+@numba.njit(cache=True)
+def _add_bitmaps_weighted(bitmaps, weights, indptr, rows, qdims, qvals, lo_j, hi_j, cursor, c_off, n_w, w0, words, values):
+    for j in range(lo_j, hi_j):
+        d = qdims[j]
+        if rows[d] < 0:
+            continue
+        base = rows[d] * words + w0
+        q_value = np.float64(qvals[j])
+        at = cursor[j - c_off]
+        last = indptr[d + 1]  # bounds a corrupted bitmap with more bits than postings
+        for w in range(n_w):
+            x = bitmaps[base + w]
+            while x and at < last:
+                bit = _trailing_zeros(x)
+                values[w * 64 + bit] += q_value * np.float64(weights[at])
+                at += 1
+                x &= x - np.uint64(1)
+        cursor[j - c_off] = at
+
+
+@numba.njit(cache=True)
+def _add_lists(indptr, rows, block_ptr, payload_ptr, blocks, payload, weights, qdims, qvals, lo_j, hi_j, cursor,
+               position, pending, c_off, c0, c1, weighted, counts, values):
+    """Term at a time over packed lists for documents c0..c1-1.
+
+    Each query entry keeps its decoding state between chunks: block, position in the block and the decoded
+    doc number not yet counted, so no block is decoded twice.
+    """
+    for j in range(lo_j, hi_j):
+        d = qdims[j]
+        if rows[d] >= 0:
+            continue
+        e = j - c_off
+        block = cursor[e]
+        end_block = block_ptr[d + 1]
+        if block >= end_block:
+            continue
+        doc = pending[e]
+        if doc >= c1:
+            continue
+        i = position[e]
+        q_value = np.float64(qvals[j])
+        first_posting = indptr[d] + (block - block_ptr[d]) * BLOCK
+        count = min(BLOCK, indptr[d + 1] - first_posting)
+        meta = np.int64(blocks[2 * block + 1])
+        bits = meta & 31
+        start = payload_ptr[d] + (meta >> 5)
+        mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
+        while True:
+            if doc >= c0:
+                if weighted:
+                    values[doc - c0] += q_value * np.float64(weights[first_posting + i])
+                else:
+                    counts[doc - c0] += 1
+            i += 1
+            if i < count:
+                at = (i - 1) * bits
+                word = start + (at >> 5)
+                pair = np.uint64(payload[word]) | (np.uint64(payload[word + 1]) << np.uint64(32))
+                doc += np.int64((pair >> np.uint64(at & 31)) & mask) + 1
+            else:
+                block += 1
+                if block >= end_block:
+                    break
+                i = 0
+                first_posting += count
+                count = min(BLOCK, indptr[d + 1] - first_posting)
+                meta = np.int64(blocks[2 * block + 1])
+                bits = meta & 31
+                start = payload_ptr[d] + (meta >> 5)
+                mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
+                doc = np.int64(blocks[2 * block])
+            if doc >= c1:
+                break
+        cursor[e] = block
+        position[e] = i
+        pending[e] = doc
+
+
 @numba.njit(cache=True)
 def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
                   qptr, qdims, qvals, bucket_weights, weighted, lo, hi, deleted, k, out_docs, out_scores):
     n_buckets = bucket_weights.shape[0]
+    chunk_words = CHUNK // 64
     total = np.zeros(CHUNK, np.float64)
     values = np.zeros(CHUNK, np.float64)
-    counts = np.zeros(CHUNK, np.int64)
-    planes = np.zeros((CHUNK // 64) * MAX_PLANES, np.uint64)
-    heap_scores = out_scores
-    heap_docs = out_docs
+    counts = np.zeros(n_buckets * CHUNK, np.int32)
+    planes = np.zeros(n_buckets * chunk_words * MAX_PLANES, np.uint64)
     size = 0
+    c_off = qptr[0]
     # per query entry: next block of a list dim, or next weight of a bitmap dim
-    cursor = np.zeros(qptr[n_buckets] - qptr[0], np.int64)
+    cursor = np.zeros(qptr[n_buckets] - c_off, np.int64)
+    position = np.zeros(qptr[n_buckets] - c_off, np.int64)  # list dims: posting within the block
+    pending = np.zeros(qptr[n_buckets] - c_off, np.int64)  # list dims: decoded doc number not yet counted
+    # per bucket: bitmap row starts of the query's bitmap dims; count of its list dims (bounds their counts)
+    bases = np.zeros(qptr[n_buckets] - c_off, np.int64)
+    bases_ptr = np.zeros(n_buckets + 1, np.int64)
+    n_lists = np.zeros(n_buckets, np.int64)
+    n_planes = np.zeros(n_buckets, np.int64)
     for b in range(n_buckets):
         rows = bitmap_rows[b]
+        indptr = indptrs[b]
+        at = bases_ptr[b]
         for j in range(qptr[b], qptr[b + 1]):
             d = qdims[j]
             if rows[d] >= 0:
+                bases[at] = rows[d] * words
+                at += 1
                 if weighted:
                     before = 0
-                    base = rows[d] * words
+                    bm = bitmaps[b]
                     for w in range(lo // 64):
-                        before += _popcount(bitmaps[b][base + w])
-                    cursor[j - qptr[0]] = indptrs[b][d] + before
+                        before += _popcount(bm[rows[d] * words + w])
+                    cursor[j - c_off] = indptr[d] + before
             else:
-                cursor[j - qptr[0]] = _first_block(blocks[b], block_ptrs[b][d], block_ptrs[b][d + 1], lo)
+                if indptr[d + 1] > indptr[d]:
+                    n_lists[b] += 1
+                block = _first_block(blocks[b], block_ptrs[b][d], block_ptrs[b][d + 1], lo)
+                cursor[j - c_off] = block
+                if block < block_ptrs[b][d + 1]:
+                    pending[j - c_off] = np.int64(blocks[b][2 * block])
+        bases_ptr[b + 1] = at
+        n = 5  # the 15-input adder writes 4 planes and may carry into a 5th
+        while (1 << n) <= at - bases_ptr[b]:
+            n += 1
+        n_planes[b] = n
     for c0 in range(lo, hi, CHUNK):
         c1 = min(c0 + CHUNK, hi)
         m = c1 - c0
         w0 = c0 // 64
         n_w = (m + 63) // 64
-        total[:m] = 0.0
+        if weighted:
+            total[:m] = 0.0
         for b in range(n_buckets):
-            weight_b = bucket_weights[b]
-            if weight_b == 0.0 or qptr[b + 1] == qptr[b]:
+            if bucket_weights[b] == 0.0 or qptr[b + 1] == qptr[b]:
                 continue
-            rows = bitmap_rows[b]
             if weighted:
                 values[:m] = 0.0
             else:
-                counts[:m] = 0
-            n_bitmap = 0
-            for j in range(qptr[b], qptr[b + 1]):
-                d = qdims[j]
-                if rows[d] >= 0:
-                    n_bitmap += 1
-                    continue
-                # packed list: decode blocks that start before c1, keep the cursor on a block that straddles it
-                block = cursor[j - qptr[0]]
-                end_block = block_ptrs[b][d + 1]
-                first_posting = indptrs[b][d] + (block - block_ptrs[b][d]) * BLOCK
-                q_value = np.float64(qvals[j])
-                while block < end_block:
-                    doc = np.int64(blocks[b][2 * block])
-                    if doc >= c1:
-                        break
-                    count = min(BLOCK, indptrs[b][d + 1] - first_posting)
-                    meta = np.int64(blocks[b][2 * block + 1])
-                    bits = meta & 31
-                    start = payload_ptrs[b][d] + (meta >> 5)
-                    mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
-                    straddles = False
-                    for i in range(count):
-                        if i > 0:
-                            position = (i - 1) * bits
-                            word = start + (position >> 5)
-                            pair = np.uint64(payloads[b][word]) | (np.uint64(payloads[b][word + 1]) << np.uint64(32))
-                            doc += np.int64((pair >> np.uint64(position & 31)) & mask) + 1
-                        if doc >= c1:
-                            straddles = True
-                            break
-                        if doc >= c0:
-                            if weighted:
-                                values[doc - c0] += q_value * np.float64(weights[b][first_posting + i])
-                            else:
-                                counts[doc - c0] += 1
-                    if straddles:
-                        break
-                    block += 1
-                    first_posting += count
-                cursor[j - qptr[0]] = block
-            if n_bitmap:
-                if weighted:
-                    for j in range(qptr[b], qptr[b + 1]):
-                        d = qdims[j]
-                        if rows[d] < 0:
-                            continue
-                        base = rows[d] * words + w0
-                        q_value = np.float64(qvals[j])
-                        at = cursor[j - qptr[0]]
-                        last = indptrs[b][d + 1]  # bounds a corrupted bitmap with more bits than postings
-                        for w in range(n_w):
-                            x = bitmaps[b][base + w]
-                            while x and at < last:
-                                bit = _trailing_zeros(x)
-                                values[w * 64 + bit] += q_value * np.float64(weights[b][at])
-                                at += 1
-                                x &= x - np.uint64(1)
-                        cursor[j - qptr[0]] = at
-                else:
-                    n_planes = 1
-                    while (1 << n_planes) <= n_bitmap:
-                        n_planes += 1
-                    planes[:n_w * MAX_PLANES] = 0
-                    for j in range(qptr[b], qptr[b + 1]):
-                        d = qdims[j]
-                        if rows[d] < 0:
-                            continue
-                        base = rows[d] * words + w0
-                        for w in range(n_w):
-                            x = bitmaps[b][base + w]
-                            p = w * MAX_PLANES
-                            while x:  # ripple-carry add of one bit per document
-                                carry = planes[p] & x
-                                planes[p] ^= x
-                                x = carry
-                                p += 1
-                    for w in range(n_w):
-                        for plane in range(n_planes):
-                            x = planes[w * MAX_PLANES + plane]
-                            while x:
-                                bit = _trailing_zeros(x)
-                                counts[w * 64 + bit] += 1 << plane
-                                x &= x - np.uint64(1)
+                counts[b * CHUNK:b * CHUNK + m] = 0
+            _add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
+                       weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
+                       weighted,
+                       counts[b * CHUNK:(b + 1) * CHUNK], values)
             if weighted:
+                if bases_ptr[b + 1] > bases_ptr[b]:
+                    _add_bitmaps_weighted(bitmaps[b], weights[b], indptrs[b], bitmap_rows[b], qdims, qvals, qptr[b],
+                                          qptr[b + 1], cursor, c_off, n_w, w0, words, values)
+                weight_b = bucket_weights[b]
                 for i in range(m):
                     total[i] += weight_b * values[i]
-            else:
-                for i in range(m):
-                    total[i] += weight_b * np.float64(counts[i])
-        for i in range(m):
-            score = total[i]
-            if score > 0.0 and (size < k or score > heap_scores[0]):
-                if deleted.shape[0] and deleted[c0 + i]:
+            elif bases_ptr[b + 1] > bases_ptr[b]:
+                _accumulate_bitmaps(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], n_w, w0, n_planes[b],
+                                    planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES])
+        if weighted:
+            for i in range(m):
+                score = total[i]
+                if score > 0.0 and (size < k or score > out_scores[0]):
+                    if deleted.shape[0] and deleted[c0 + i]:
+                        continue
+                    size = _push(out_scores, out_docs, size, k, score, c0 + i)
+            continue
+        for w in range(n_w):
+            if size == k:
+                # bound the word's best total (same summation order as the scores, so rounding cannot break it)
+                bound = 0.0
+                for b in range(n_buckets):
+                    weight_b = bucket_weights[b]
+                    if weight_b <= 0.0 or qptr[b + 1] == qptr[b]:
+                        continue
+                    largest = n_lists[b]
+                    if bases_ptr[b + 1] > bases_ptr[b]:
+                        largest += _planes_max(planes, b * chunk_words * MAX_PLANES + w * n_planes[b], n_planes[b])
+                    bound += weight_b * np.float64(largest)
+                if bound <= out_scores[0]:
                     continue
-                size = _push(heap_scores, heap_docs, size, k, score, c0 + i)
+            for b in range(n_buckets):
+                if bases_ptr[b + 1] > bases_ptr[b] and bucket_weights[b] != 0.0:
+                    _planes_extract(planes, b * chunk_words * MAX_PLANES + w * n_planes[b], n_planes[b], counts,
+                                    b * CHUNK + w * 64)
+            for i in range(w * 64, min(w * 64 + 64, m)):
+                score = 0.0
+                for b in range(n_buckets):
+                    if bucket_weights[b] != 0.0 and qptr[b + 1] > qptr[b]:
+                        score += bucket_weights[b] * np.float64(counts[b * CHUNK + i])
+                if score > 0.0 and (size < k or score > out_scores[0]):
+                    if deleted.shape[0] and deleted[c0 + i]:
+                        continue
+                    size = _push(out_scores, out_docs, size, k, score, c0 + i)
     for i in range(size, k):
-        heap_docs[i] = -1
-        heap_scores[i] = 0.0
+        out_docs[i] = -1
+        out_scores[i] = 0.0
 
 
 @numba.njit(cache=True, parallel=True)
