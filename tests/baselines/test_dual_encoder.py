@@ -9,7 +9,6 @@ from uhdsearch.baselines.dual_encoder import (
     DualEncoderArgs, DualEncoderHead, build_dual_encoder, train_dual_encoder,
 )
 from uhdsearch.encoder.backbone import Backbone
-from uhdsearch.encoder.states import compute_token_states
 from uhdsearch.evaluation.datasets import load_beir
 
 MAX_LENGTH = 64

@@ -6,8 +6,6 @@ import torch
 from uhdsearch.baselines.dense_systems import build_dense_glow, build_dense_nice
 from uhdsearch.baselines.flows import NICE, Glow
 from uhdsearch.baselines.whitening import average_cosine, isotropy
-from uhdsearch.encoder.backbone import Backbone
-from uhdsearch.encoder.states import compute_token_states
 
 MAX_LENGTH = 64
 

@@ -7,8 +7,6 @@ from uhdsearch.baselines.bm25 import BM25Retriever
 from uhdsearch.baselines.dense_systems import build_sum_of_max
 from uhdsearch.baselines.dual_encoder import DualEncoderHead, build_dual_encoder
 from uhdsearch.baselines.multivector import SumOfMaxReranker, build_multivector, sum_of_max
-from uhdsearch.encoder.backbone import Backbone
-from uhdsearch.encoder.states import compute_token_states
 from uhdsearch.types import Run, ScoredDoc
 
 MAX_LENGTH = 64

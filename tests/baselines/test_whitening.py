@@ -5,7 +5,6 @@ import torch
 
 from uhdsearch.baselines.dense_systems import build_dense_whiten_seq, build_dense_whiten_tok, isotropy_report
 from uhdsearch.baselines.whitening import Whitening, average_cosine, isotropy, pooled_embedder
-from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import compute_token_states
 
 MAX_LENGTH = 64
@@ -84,27 +83,27 @@ def test_whitened_dense_scores_are_cosines_of_whitened_vectors(backbone, states,
     tok = build_dense_whiten_tok(mini_data.corpus, backbone_dir=backbone, states=states, max_length=MAX_LENGTH)
     tokens = states.layer(last).float()
     owner = torch.from_numpy(np.repeat(np.arange(states.n), np.diff(states.offsets)))
-    means = torch.zeros(states.n, tokens.shape[1]).index_add_(0, owner, tokens) / torch.from_numpy(
-        np.diff(states.offsets)).float()[:, None]
-    w_seq = Whitening.fit(means.numpy())
+    lengths = torch.from_numpy(np.diff(states.offsets)).float()[:, None]
+
+    def mean(x):
+        return torch.zeros(states.n, x.shape[1]).index_add_(0, owner, x) / lengths
+
+    w_seq = Whitening.fit(mean(tokens).numpy())
     w_tok = Whitening.fit(tokens.numpy())
     query = mini_data.queries[2]
-    q_states = compute_token_states(backbone, [query.text], [last], MAX_LENGTH, show_progress=False)
-    q_tokens = q_states.layer(last).float()
+    q_tokens = compute_token_states(backbone, [query.text], [last], MAX_LENGTH, show_progress=False).layer(last).float()
 
     def unit(v):
         return v / np.linalg.norm(v)
 
-    for retriever, expected_docs, expected_query in (
-        (seq, w_seq.transform(means.numpy()), w_seq.transform(q_tokens.mean(0, keepdim=True).numpy())[0]),
-        (tok, (torch.zeros_like(means[:, :0]).new_zeros(states.n, tokens.shape[1])
-               .index_add_(0, owner, w_tok.transform(tokens)) / torch.from_numpy(np.diff(states.offsets)).float()[:, None])
-         .numpy(), w_tok.transform(q_tokens).mean(0).numpy()),
-    ):
+    expected = {  # (document vectors, query vector) as Jung et al. §4.1 define them
+        seq: (w_seq.transform(mean(tokens)).numpy(), w_seq.transform(q_tokens.mean(0, keepdim=True))[0].numpy()),
+        tok: (mean(w_tok.transform(tokens)).numpy(), w_tok.transform(q_tokens).mean(0).numpy()),
+    }
+    for retriever, (doc_vectors, query_vector) in expected.items():
         got = {h.doc_id: h.score for h in retriever.search([query], k=len(docs))[query.query_id]}
         for row in range(0, 400, 40):
-            assert got[docs[row].doc_id] == pytest.approx(float(unit(expected_docs[row]) @ unit(expected_query)),
-                                                          abs=1e-4)
+            assert got[docs[row].doc_id] == pytest.approx(float(unit(doc_vectors[row]) @ unit(query_vector)), abs=1e-4)
 
 
 def test_pooled_embedder_without_transforms_is_mean_cosine():

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from uhdsearch.baselines.dual_encoder import (
