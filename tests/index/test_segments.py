@@ -132,6 +132,27 @@ def test_nothing_is_visible_to_a_new_reader_before_commit(tmp_path):
     assert live_ids(reader) == ["a", "b", "c", "d"]  # an open reader keeps its snapshot
 
 
+def test_reopen_shares_unchanged_segments_and_sees_the_newest_commit(tmp_path):
+    rng = np.random.default_rng(12)
+    path = tmp_path / "x"
+    writer = SegmentedIndex.create(path, "weighted", DIM, N_BUCKETS)
+    writer.add(random_encoding(rng, 5), [f"a{i}" for i in range(5)])
+    writer.commit()
+    reader = SegmentedIndex.open(path)
+    assert reader.reopen() is reader and writer.reopen() is writer
+    writer.delete(["a1"])
+    writer.add(random_encoding(rng, 3), ["b0", "b1", "b2"])
+    writer.commit()
+    newer = reader.reopen()
+    assert newer.generation == 3 and reader.generation == 2
+    assert newer._segments[0].index is reader._segments[0].index  # not loaded again
+    assert live_ids(newer) == live_ids(SegmentedIndex.open(path)) == ["a0", "a2", "a3", "a4", "b0", "b1", "b2"]
+    assert live_ids(reader) == [f"a{i}" for i in range(5)]
+    queries = random_encoding(rng, 4, density=0.3)
+    assert ranking(newer, queries, WEIGHTS, "weighted") == ranking(SegmentedIndex.open(path), queries, WEIGHTS,
+                                                                    "weighted")
+
+
 def test_merge_rewrites_live_documents_and_removes_old_segments_one_commit_later(tmp_path):
     rng = np.random.default_rng(3)
     path = tmp_path / "x"

@@ -16,6 +16,7 @@ import re
 import shutil
 import warnings
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,8 +221,12 @@ class Segment:
         return self.index.n_documents - int(self.deleted.sum())
 
 
-def open_newest(directory: Path, mmap: bool | None, verify: bool | None) -> tuple[dict[str, Any], list[Segment]]:
+def open_newest(
+    directory: Path, mmap: bool | None, verify: bool | None, loaded: Sequence[Segment] = ()
+) -> tuple[dict[str, Any], list[Segment]]:
     """The newest commit whose files all validate, and its segments; older ones with a warning.
+
+    Segments in `loaded` (of an earlier open) whose index_meta.json checksum is unchanged are reused, not reloaded.
 
     Raises:
         IndexFormatError: no commit file, or none that validates.
@@ -235,7 +240,7 @@ def open_newest(directory: Path, mmap: bool | None, verify: bool | None) -> tupl
         for generation in generations:
             try:
                 body = read_commit(directory, generation)
-                segments = _load_segments(directory, body, mmap, verify)
+                segments = _load_segments(directory, body, mmap, verify, {s.name: s for s in loaded})
             except (FileNotFoundError, IndexFormatError) as exc:
                 problems.append(f"{commit_name(generation)}: {exc}")
                 continue
@@ -252,7 +257,9 @@ def open_newest(directory: Path, mmap: bool | None, verify: bool | None) -> tupl
     raise IndexFormatError(f"{directory} kept changing while it was being opened; try again")
 
 
-def _load_segments(directory: Path, body: dict[str, Any], mmap: bool | None, verify: bool | None) -> list[Segment]:
+def _load_segments(
+    directory: Path, body: dict[str, Any], mmap: bool | None, verify: bool | None, loaded: dict[str, Segment]
+) -> list[Segment]:
     where = directory / commit_name(body["generation"])
     try:
         entries = list(body["segments"])
@@ -270,7 +277,10 @@ def _load_segments(directory: Path, body: dict[str, Any], mmap: bool | None, ver
         segment_dir = directory / name
         if sha256(segment_dir / fmt.META_FILE) != meta_sha256:
             raise IndexFormatError(f"{segment_dir / fmt.META_FILE} is not the one {where.name} names: altered")
-        index = InvertedIndex.load(segment_dir, mmap=mmap, verify=verify)
+        if name in loaded and loaded[name].meta_sha256 == meta_sha256:
+            index = loaded[name].index  # segments are immutable: same manifest, same files
+        else:
+            index = InvertedIndex.load(segment_dir, mmap=mmap, verify=verify)
         if (index.variant, index.dim, index.n_buckets, index.n_documents) != (variant, dim, n_buckets, n_documents):
             raise IndexFormatError(
                 f"segment {segment_dir} is {index.variant} dim={index.dim} n_buckets={index.n_buckets} with "

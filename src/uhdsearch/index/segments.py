@@ -56,6 +56,7 @@ class SegmentedIndex:
         self._pending = False
         self._doc_ids: list[str | None] | None = None
         self._buffer_index: InvertedIndex | None = None
+        self._load_options: tuple[bool | None, bool | None] = (None, None)  # mmap, verify (for reopen)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -120,7 +121,22 @@ class SegmentedIndex:
             if lock is not None:
                 lock.release()
             raise
-        return cls(directory, body, segments, lock, max_segments)
+        index = cls(directory, body, segments, lock, max_segments)
+        index._load_options = (mmap, verify)
+        return index
+
+    def reopen(self) -> SegmentedIndex:
+        """A reader at the newest commit that shares unchanged segments with this one (Lucene's openIfChanged).
+
+        Returns `self` when nothing was committed since, and for a writer, which always sees its own state.
+        """
+        if self._lock is not None or cp.list_generations(self.path)[:1] == [self.generation]:
+            return self
+        mmap, verify = self._load_options
+        body, segments = cp.open_newest(self.path, mmap, verify, loaded=self._segments)
+        index = type(self)(self.path, body, segments, None, self.max_segments)
+        index._load_options = self._load_options
+        return index
 
     def close(self) -> None:
         """Release the write lock; uncommitted changes are discarded with a warning."""
