@@ -28,8 +28,10 @@ def expected_top_k(documents, queries, k, weights, scoring, deleted=None):
     numbers = np.full((queries.n, depth), -1, np.int64)
     scores = np.zeros((queries.n, depth))
     for row in range(queries.n):
-        keep = [i for i in range(documents.n) if oracle[row, i] > 0 and (deleted is None or not deleted[i])]
-        top = sorted(keep, key=lambda i: (-oracle[row, i], i))[:depth]
+        keep = np.flatnonzero(oracle[row] > 0)
+        if deleted is not None:
+            keep = keep[~deleted[keep]]
+        top = keep[np.lexsort((keep, -oracle[row, keep]))][:depth]  # score desc, then doc number asc
         numbers[row, :len(top)] = top
         scores[row, :len(top)] = oracle[row, top]
     return numbers, scores, oracle
