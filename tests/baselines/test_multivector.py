@@ -130,3 +130,12 @@ def test_rerank_edges(backbone, documents, states, caplog):
         som.search({"a": "cells"}, k=3)
     with pytest.raises(ValueError, match="m=0 must be a positive integer"):
         build_multivector(documents, backbone, DualEncoderHead(backbone.hidden_size), 0, states)
+
+
+def test_a_given_head_indexes_another_corpus_without_training(backbone, documents, states, head, mini_data):
+    from uhdsearch.baselines.dense_systems import build_de, build_me
+
+    de = build_de(documents, backbone_dir=backbone, states=states, max_length=MAX_LENGTH, head=head)
+    me = build_me(documents, backbone_dir=backbone, states=states, max_length=MAX_LENGTH, head=head, m=1)
+    assert de.embed_query is head and me.embed_query is head
+    assert np.allclose(de.entries, me.entries, atol=1e-6)

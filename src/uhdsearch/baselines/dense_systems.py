@@ -143,12 +143,16 @@ def build_dense_glow(corpus, queries_train=None, qrels_train=None, backbone_dir:
 def build_de(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
              states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
              dim: int | None = 128, pooling: Literal["cls", "mean"] = "mean", args: DualEncoderArgs | None = None,
-             ict_per_document: int = 1) -> DualEncoder:
+             ict_per_document: int = 1, head: DualEncoderHead | None = None) -> DualEncoder:
     """`de-<dim>`: projection to `dim` (None: the backbone's width) + LayerNorm, trained on frozen states.
 
     pooling="mean" (RepBERT) by default because MiniLM was trained for mean pooling; Luan use [CLS].
+    head: an already trained head (e.g. `other.embed_query` of a DE built on another collection) is only
+    used to index `corpus`, for out-of-domain runs; nothing is trained then.
     """
     backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    if head is not None:
+        return build_dual_encoder(documents, backbone, head, states, max_length, f"de-{head.dim}", show_progress)
     args = args or DualEncoderArgs()
     head = DualEncoderHead(backbone.hidden_size, dim, pooling, seed=args.seed)
     pairs = training_pairs(documents, queries_train, qrels_train, ict_per_document, args.seed)
@@ -162,13 +166,15 @@ def build_de(corpus, queries_train=None, qrels_train=None, backbone_dir: Backbon
 def build_me(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
              states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
              m: int = 8, dim: int | None = -1, args: DualEncoderArgs | None = None,
-             ict_per_document: int = 1) -> DualEncoder:
+             ict_per_document: int = 1, head: DualEncoderHead | None = None) -> DualEncoder:
     """`me-<m>`: the first m token vectors of each document through a trained projection (Luan §5, Eq. 12).
 
     dim=-1 projects to the backbone's width (Luan: a projection helps ME even at full width); None: LayerNorm only.
-    The head is trained with the max-over-m score; the query vector is [CLS].
+    The head is trained with the max-over-m score; the query vector is [CLS]. A given `head` is used as is.
     """
     backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    if head is not None:
+        return build_multivector(documents, backbone, head, m, states, max_length, f"me-{m}", show_progress)
     args = args or DualEncoderArgs(n_vectors=m)
     if args.n_vectors != m:
         raise ValueError(f"args.n_vectors={args.n_vectors} differs from m={m}")
