@@ -215,10 +215,11 @@ class Segment:
     deletions: dict[str, str] | None  # {"file", "sha256"} of the committed deletion file
     meta_sha256: str
     dirty: bool = False  # deletions changed since the last commit
+    n_deleted: int = 0  # deleted.sum(), kept so that searches never scan the mask for it
 
     @property
     def n_live(self) -> int:
-        return self.index.n_documents - int(self.deleted.sum())
+        return self.index.n_documents - self.n_deleted
 
 
 def open_newest(
@@ -294,7 +295,7 @@ def _load_segments(
         if int(deleted.sum()) != n_deleted:
             raise IndexFormatError(f"{where.name}: {name} should have {n_deleted} deletions, its file has "
                                    f"{int(deleted.sum())}")
-        segments.append(Segment(name, index, deleted, deletions, meta_sha256))
+        segments.append(Segment(name, index, deleted, deletions, meta_sha256, n_deleted=n_deleted))
     return segments
 
 

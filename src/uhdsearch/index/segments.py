@@ -305,13 +305,14 @@ class SegmentedIndex:
         depth = min(int(k), self.n_documents)
         numbers_parts, scores_parts = [], []
         offset = 0
-        for index, mask in self._parts():
+        for index, mask, n_deleted in self._parts():
             n = index.n_documents
             if deleted is not None:
                 mask = mask | deleted[offset:offset + n]
-            if not mask.all():
+                n_deleted = int(mask.sum())
+            if n_deleted < n:
                 numbers, scores = index.search_encoded(queries, k, bucket_weights, scoring,
-                                                       deleted=mask if mask.any() else None, n_threads=n_threads)
+                                                       deleted=mask if n_deleted else None, n_threads=n_threads)
                 numbers_parts.append(np.where(numbers >= 0, numbers + offset, -1))
                 scores_parts.append(scores)
             offset += n
@@ -320,9 +321,9 @@ class SegmentedIndex:
     def document_frequencies(self, bucket: int = 0) -> np.ndarray:
         """(dim,) int64 number of live documents in which each dimension is active."""
         total = np.zeros(self.dim, np.int64)
-        for index, mask in self._parts():
+        for index, mask, n_deleted in self._parts():
             total += np.asarray(index.document_frequencies(bucket), dtype=np.int64)
-            if mask.any():
+            if n_deleted:
                 gone = index.document_vectors().buckets[bucket][np.flatnonzero(mask)]
                 total -= np.bincount(gone.indices, minlength=self.dim)
         return total
@@ -352,15 +353,15 @@ class SegmentedIndex:
             raise ValueError(f"deleted must be a ({len(self.doc_ids)},) bool mask over global doc numbers, got "
                              f"{np.shape(deleted)} {np.asarray(deleted).dtype}")
 
-    def _parts(self) -> list[tuple[InvertedIndex, np.ndarray]]:
-        """(index, deleted mask) per segment in global order, the uncommitted additions last."""
-        parts = [(s.index, s.deleted) for s in self._segments]
+    def _parts(self) -> list[tuple[InvertedIndex, np.ndarray, int]]:
+        """(index, deleted mask, deleted count) per segment in global order, the uncommitted additions last."""
+        parts = [(s.index, s.deleted, s.n_deleted) for s in self._segments]
         if self._buffer:
             if self._buffer_index is None:
                 encoding, ids = self._buffer_encoding()
                 self._buffer_index = _index_class(self.variant).from_encoding(encoding, ids, None,
                                                                               encoder_digest=self.encoder_digest)
-            parts.append((self._buffer_index, np.zeros(len(self._buffer), np.bool_)))
+            parts.append((self._buffer_index, np.zeros(len(self._buffer), np.bool_), 0))
         return parts
 
     def _locations(self) -> dict[str, tuple[int, int]]:
@@ -394,6 +395,7 @@ class SegmentedIndex:
                 s.deleted = s.deleted.copy()
                 s.dirty = True
             s.deleted[row] = True
+            s.n_deleted += 1
 
     def _changed(self) -> None:
         self._pending = True
@@ -434,7 +436,7 @@ class SegmentedIndex:
             start = int(np.argmin(costs))
             groups = [list(range(start, start + width))]
         else:
-            groups = [[i] for i, s in enumerate(segments) if s.deleted.any()]
+            groups = [[i] for i, s in enumerate(segments) if s.n_deleted]
         replaced: dict[int, cp.Segment | None] = {}
         for group in groups:
             encodings, ids = [], []
@@ -459,10 +461,10 @@ class SegmentedIndex:
                 continue  # a fully deleted segment is dropped
             if s.dirty:
                 s.deletions = None
-                if s.deleted.any():
+                if s.n_deleted:
                     file = cp.deletions_name(s.name, generation)
                     s.deletions = {"file": file, "sha256": cp.write_deletions(self.path / file, s.deleted)}
-            entries.append({"name": s.name, "n_documents": s.index.n_documents, "n_deleted": int(s.deleted.sum()),
+            entries.append({"name": s.name, "n_documents": s.index.n_documents, "n_deleted": s.n_deleted,
                             "meta_sha256": s.meta_sha256, "deletions": s.deletions})
             kept.append(s)
         body = {"generation": generation, "variant": self.variant, "dim": self.dim, "n_buckets": self.n_buckets,
