@@ -316,6 +316,13 @@ def test_a_damaged_commit_file_falls_back_to_the_previous_commit(tmp_path, damag
     with pytest.warns(UserWarning, match=r"commit_4.json: .*(not valid JSON|fails its checksum).*opened generation 3"):
         reader = SegmentedIndex.open(path)
     assert reader.generation == 3 and live_ids(reader) == ["a", "b"]
+    with pytest.warns(UserWarning, match="opened generation 3"):
+        writer = SegmentedIndex.open(path, writable=True)
+    writer.add(random_encoding(np.random.default_rng(0), 1), ["e"])
+    assert writer.commit() == 5  # past the damaged generation, which is then removed
+    writer.close()
+    assert sorted(p.name for p in path.glob("commit_*")) == ["commit_3.json", "commit_5.json"]
+    assert live_ids(SegmentedIndex.open(path)) == ["a", "b", "e"]
 
 
 def test_a_damaged_deletion_file_falls_back_and_no_valid_commit_is_an_error(tmp_path):
