@@ -61,9 +61,10 @@ def run_writer(index_dir: str, log_path: str, seed: int, on_ready: Callable[[], 
     live: dict[str, int] = dict(committed["live"])
     next_id = committed["next_id"]
     rng = np.random.default_rng(seed)
+    launcher = os.getppid()
     with open(log_path, "a") as log:
         on_ready()
-        while True:
+        while os.getppid() == launcher:  # an orphan (the test died) stops by itself
             op = rng.choice(["add", "replace", "delete", "commit", "merge"], p=[0.3, 0.15, 0.15, 0.32, 0.08])
             if op == "add":
                 ids = [f"d{next_id + i}" for i in range(int(rng.integers(1, 6)))]

@@ -7,6 +7,7 @@ commit file was renamed into place, but the writer was killed, or is still runni
 Nothing else is acceptable, and no fallback warning may appear: neither a crash nor a concurrent writer may
 leave a reader with a commit that fails to validate. Readers are checked after every kill and while writers run.
 """
+import contextlib
 import json
 import multiprocessing
 import os
@@ -71,14 +72,16 @@ def test_kill_9_at_random_moments_always_leaves_the_last_commit(tmp_path, launch
     for kill in range(N_KILLS):
         launcher.send(("start", str(path), str(log_path), kill))
         pid, started = launcher.recv()
-        if started:
+        try:
             deadline = time.monotonic() + rng.uniform(0.0, 0.3)
-            while time.monotonic() < deadline:  # readers open while the writer commits and cleans up
+            while started and time.monotonic() < deadline:  # readers open while the writer commits and cleans up
                 open_and_check(path, log_path)
                 outcomes["concurrent opens"] += 1
-            os.kill(pid, signal.SIGKILL)
-        launcher.send(("reap", pid))
-        status = launcher.recv()
+        finally:  # never leave a writer running, even when a check fails
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            launcher.send(("reap", pid))
+            status = launcher.recv()
         assert started and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
             f"writer {kill} stopped on its own (wait status {status}); its traceback is on stderr")
 
