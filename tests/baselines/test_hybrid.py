@@ -47,9 +47,7 @@ def test_linear_fusion_by_hand():
         fuse_linear(a, b, 0.5, k=4, normalization="z")
 
 
-def test_rrf_equals_ranx_and_hand_computation():
-    import ranx
-
+def test_rrf_by_hand():
     a = Run({"q": [ScoredDoc("d1", 3.0), ScoredDoc("d2", 2.0), ScoredDoc("d3", 1.0)],
              "r": [ScoredDoc("x", 1.0)]})
     b = Run({"q": [ScoredDoc("d3", 5.0), ScoredDoc("d4", 1.0)], "r": []})
@@ -58,9 +56,32 @@ def test_rrf_equals_ranx_and_hand_computation():
     assert [h.doc_id for h in got["q"]] == ["d3", "d1", "d2", "d4"]  # d2 / d4 tie: first run's rank first
     assert {h.doc_id: h.score for h in got["q"]} == pytest.approx(expected)
     assert [(h.doc_id, h.score) for h in got["r"]] == [("x", pytest.approx(1 / 61))]
-    direct = ranx.fuse(runs=[ranx.Run({"q": a.as_dict()["q"]}), ranx.Run({"q": b.as_dict()["q"]})], method="rrf",
-                       norm=None, params={"k": 60}).to_dict()
-    assert {h.doc_id: h.score for h in got["q"]} == pytest.approx(direct["q"])
+    assert [h.doc_id for h in fuse_rrf(a, b, k=2)["q"]] == ["d3", "d1"]
+    with pytest.raises(ValueError, match="rrf_k=-1 must be >= 0"):
+        fuse_rrf(a, b, k=2, rrf_k=-1)
+
+
+@pytest.mark.slow
+def test_rrf_equals_ranx():
+    """One query: ranx's numba kernels compile per process, for minutes once it goes parallel (many queries)."""
+    import ranx
+
+    a = Run({"q": [ScoredDoc("d1", 3.0), ScoredDoc("d2", 2.0), ScoredDoc("d3", 1.0), ScoredDoc("d5", 0.5)]})
+    b = Run({"q": [ScoredDoc("d3", 5.0), ScoredDoc("d4", 1.0), ScoredDoc("d1", 0.2)]})
+    direct = ranx.fuse(runs=[ranx.Run(a.as_dict()), ranx.Run(b.as_dict())], method="rrf", norm=None,
+                       params={"k": 10}).to_dict()["q"]
+    got = fuse_rrf(a, b, k=10, rrf_k=10)["q"]
+    assert {h.doc_id: h.score for h in got} == pytest.approx(dict(direct))
+    assert [h.score for h in got] == pytest.approx(sorted(direct.values(), reverse=True))
+
+
+def test_docstring_examples():
+    import doctest
+
+    import uhdsearch.baselines.hybrid
+
+    result = doctest.testmod(uhdsearch.baselines.hybrid)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_tune_picks_the_best_dev_weight(parts, mini_data):

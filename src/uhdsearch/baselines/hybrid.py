@@ -10,8 +10,8 @@ raw-score weight would mean something different for every query and pair of syst
 gives Luan's raw combination.
 
 Ties: score descending, then the rank in the system with the larger weight (then the other's), so weight 1
-(or 0) returns exactly the first (or second) system's top k. RRF (``ranx.fuse(method="rrf")``) is the
-parameter-light alternative: sum over systems of 1 / (rrf_k + rank).
+(or 0) returns exactly the first (or second) system's top k. Reciprocal rank fusion is the
+parameter-light alternative: sum over systems of 1 / (rrf_k + rank), equal to ``ranx.fuse(method="rrf")``.
 """
 from __future__ import annotations
 
@@ -78,10 +78,11 @@ def fuse_linear(
 
 
 def fuse_rrf(run_a: Run, run_b: Run, k: int, rrf_k: int = 60, name: str = "rrf") -> Run:
-    """Reciprocal rank fusion through ``ranx.fuse(method="rrf")``: sum of 1 / (rrf_k + rank), rank from 1.
+    """Reciprocal rank fusion: sum over the runs of 1 / (rrf_k + rank), rank from 1, as ``ranx.fuse(method="rrf")``.
 
     Each run's own order (its tie rule) decides its ranks. Ties in the fused score: the first run's rank,
-    then the second's.
+    then the second's. Written out rather than called through ranx: ranx's numba kernels compile for
+    minutes on a busy 2-core machine at every start; the tests check equality with ranx.
 
     Args:
         run_a: First system's ranked lists.
@@ -95,26 +96,24 @@ def fuse_rrf(run_a: Run, run_b: Run, k: int, rrf_k: int = 60, name: str = "rrf")
 
     Raises:
         ValueError: k <= 0 or rrf_k < 0.
+
+    Example:
+        >>> a = Run({"q": [ScoredDoc("d1", 9.0), ScoredDoc("d2", 5.0)]})
+        >>> b = Run({"q": [ScoredDoc("d2", 0.9)]})
+        >>> [(h.doc_id, round(h.score, 5)) for h in fuse_rrf(a, b, k=2)["q"]]
+        [('d2', 0.03252), ('d1', 0.01639)]
     """
     _check_k(k)
     if rrf_k < 0:
         raise ValueError(f"rrf_k={rrf_k} must be >= 0")
-    import ranx
-
-    query_ids = list(run_a.results) + [q for q in run_b.results if q not in run_a.results]
-    live = [q for q in query_ids if run_a.results.get(q) or run_b.results.get(q)]
-    out = Run({q: [] for q in query_ids}, name=name)
-    if not live:
-        return out
-    # ranx re-sorts by score, so hand it rank-derived scores: its ranks are then exactly the runs' own.
-    inputs = [ranx.Run({q: _rank_scores(run.results.get(q, [])) for q in live}) for run in (run_a, run_b)]
-    fused = ranx.fuse(runs=inputs, method="rrf", norm=None, params={"k": rrf_k}).to_dict()
-    for q in live:
-        ranks = [{h.doc_id: r for r, h in enumerate(run.results.get(q, []))} for run in (run_a, run_b)]
-        scores = fused.get(q, {})
-        missing = len(scores)
-        docs = sorted(scores, key=lambda d: (-scores[d], ranks[0].get(d, missing), ranks[1].get(d, missing)))
-        out.results[q] = [ScoredDoc(d, float(scores[d])) for d in docs[:k]]
+    out = Run(name=name)
+    for query_id in list(run_a.results) + [q for q in run_b.results if q not in run_a.results]:
+        ranks = [{h.doc_id: r for r, h in enumerate(run.results.get(query_id, []))} for run in (run_a, run_b)]
+        docs = list(dict.fromkeys([*ranks[0], *ranks[1]]))
+        scores = {d: math.fsum(1.0 / (rrf_k + r[d] + 1) for r in ranks if d in r) for d in docs}
+        missing = len(docs)
+        docs.sort(key=lambda d: (-scores[d], ranks[0].get(d, missing), ranks[1].get(d, missing)))
+        out.results[query_id] = [ScoredDoc(d, scores[d]) for d in docs[:k]]
     return out
 
 
@@ -207,10 +206,6 @@ def _normalized(hits: list[ScoredDoc], normalization: Normalization) -> list[tup
     low, high = values.min(), values.max()
     scaled = (values - low) / (high - low) if high > low else np.ones_like(values)
     return [(h.doc_id, float(s)) for h, s in zip(hits, scaled)]
-
-
-def _rank_scores(hits: list[ScoredDoc]) -> dict[str, float]:
-    return {h.doc_id: float(len(hits) - r) for r, h in enumerate(hits)}
 
 
 def _check_k(k: int, what: str = "k") -> None:
