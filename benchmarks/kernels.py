@@ -3,7 +3,7 @@
 Dimension frequencies and queries come from the quickstart model on SciFact
 (benchmarks/results/uhd_density_scifact.npz: df of all 32,768 dims over 5,183 documents, 300 real queries with
 ~640 active dims each). Each dim d is active in a document with probability df_d / 5,183, independently.
-Prints ms/query (p50, single query at a time) for several bitmap/packed-list splits, on 1 and 2 threads,
+Prints ms/query (p50 over queries of each query's fastest of --repeat runs, one query at a time) for several bitmap/packed-list splits, on 1 and 2 threads,
 batch throughput, index bytes per posting, and the floor = touched postings x 4 bytes / copy bandwidth.
 
     .venv/bin/python benchmarks/kernels.py --n-docs 100000
@@ -20,9 +20,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from uhdsearch.index.codec import compress
-from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
+from uhdsearch.index.inverted import BinaryIndex, Postings, WeightedIndex, _read_only
 from uhdsearch.search.scoring import score_bucket
-from uhdsearch.index.inverted import Postings
 from uhdsearch.sparse import SparseEncoding
 
 DENSITY = Path(__file__).resolve().parent / "results" / "uhd_density_scifact.npz"
@@ -82,13 +81,41 @@ def timed(fn, repeat):
     return times
 
 
+def time_open(indptr, docs, n_docs, dim, queries, step=2048) -> None:
+    """Write through IndexWriter range by range, then time load (memory-mapped, with and without checksums)."""
+    from uhdsearch.index.inverted import InvertedIndex
+    from uhdsearch.index.writer import IndexWriter
+
+    with tempfile.TemporaryDirectory(dir=".") as tmp:
+        path = Path(tmp) / "idx"
+        t = time.perf_counter()
+        with IndexWriter(path, "binary", dim, 1, n_docs) as writer:
+            for first in range(0, dim, step):
+                last = min(first + step, dim)
+                lo, hi = indptr[first], indptr[last]
+                writer.add_postings(0, first, indptr[first:last + 1] - lo, docs[lo:hi])
+        write_s = time.perf_counter() - t
+        disk = sum(f.stat().st_size for f in path.iterdir())
+        for verify in (False, None, True):
+            t = time.perf_counter()
+            index = InvertedIndex.load(path, mmap=True, verify=verify)
+            open_s = time.perf_counter() - t
+            t = time.perf_counter()
+            index.search_encoded(queries[:1], 10, [1.0], "binary", n_threads=1)
+            first_ms = 1000 * (time.perf_counter() - t)
+            print(f"open (verify={verify}): {open_s * 1000:.0f} ms, then first query {first_ms:.1f} ms"
+                  f" [{disk / 1e6:.0f} MB on disk, written in {write_s:.1f} s]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-docs", type=int, default=100_000)
     parser.add_argument("--n-queries", type=int, default=50)
     parser.add_argument("--biases", default="1,4,16,inf", help="bitmap_bias values to compare")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per query; its fastest counts (shared machines)")
     parser.add_argument("--weighted", action="store_true", help="also time weighted scoring (more memory)")
     parser.add_argument("--reference", action="store_true", help="also time the numpy bincount kernel")
+    parser.add_argument("--open", action="store_true", help="also write the index with IndexWriter and time opening it")
     args = parser.parse_args()
 
     z = np.load(DENSITY, allow_pickle=False)
@@ -118,22 +145,19 @@ def main() -> None:
         bucket = compress(indptr, docs, weights, args.n_docs, bias if np.isfinite(bias) else 1e30)
         build_s = time.perf_counter() - t
         klass = WeightedIndex if args.weighted else BinaryIndex
-        index = klass([bucket], [str(i) for i in range(args.n_docs)], dim, {"encoder_digest": None}, None)
-        from uhdsearch.index.inverted import _read_only
-
-        _read_only(bucket)
+        index = klass([_read_only(bucket)], [str(i) for i in range(args.n_docs)], dim, {"encoder_digest": None}, None)
         bpp = index.bytes_per_posting()
         share = np.diff(bucket.indptr)[bucket.bitmap_rows >= 0].sum() / n_postings
         index.search_encoded(queries[:2], 10, [1.0], "binary", n_threads=2)  # compile / warm
         scorings = ["binary"] + (["weighted"] if args.weighted else [])
         for scoring in scorings:
             for threads in (1, 2):
-                times = [timed(lambda i=i: index.search_encoded(queries[i:i + 1], 10, [1.0], scoring,
-                                                                  n_threads=threads), 1)[0] for i in range(n_q)]
+                times = [min(timed(lambda i=i: index.search_encoded(queries[i:i + 1], 10, [1.0], scoring,
+                                                                      n_threads=threads), args.repeat))
+                         for i in range(n_q)]
                 batch = timed(lambda: index.search_encoded(queries, 10, [1.0], scoring, n_threads=threads), 1)[0]
                 rows.append((f"bias {bias_text}", scoring, threads, np.median(times) * 1000,
                              np.percentile(times, 95) * 1000, n_q / batch, bpp, share, build_s))
-        del index, bucket
     if args.reference:
         postings = Postings(indptr, docs, weights)
         times = timed(lambda: [score_bucket(postings, qdims[qptr[i]:qptr[i + 1]].astype(np.int64),
@@ -141,6 +165,8 @@ def main() -> None:
                                for i in range(min(n_q, 10))], 1)
         rows.append(("numpy bincount", "binary", 1, times[0] / min(n_q, 10) * 1000, float("nan"), float("nan"),
                      4.0, 0.0, 0.0))
+    if args.open:
+        time_open(indptr, docs, args.n_docs, dim, queries)
     print(f"{'layout':<16}{'scoring':<10}{'threads':>8}{'p50 ms':>9}{'p95 ms':>9}{'batch q/s':>11}"
           f"{'B/posting':>11}{'bitmap share':>14}{'x floor':>9}{'build s':>9}")
     for name, scoring, threads, p50, p95, qps, bpp, share, build_s in rows:

@@ -177,7 +177,7 @@ class InvertedIndex:
         Args:
             mmap: memory-map the arrays instead of reading them (default: when the index is larger than 256 MB);
                 the kernels then read postings from the page cache on demand.
-            verify: check SHA-256 of every file (default: when the index is at most 512 MB).
+            verify: check SHA-256 of every file (default: when the index is at most 128 MB); sizes are always checked.
         Raises:
             FileNotFoundError, IndexFormatError: see `uhdsearch.index.format.read_meta`.
         """
@@ -281,7 +281,8 @@ def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: b
     for name in ("indptr", "block_ptr", "payload_ptr"):
         a = arrays[name]
         if a.shape[0] != dim + 1 or a[0] != 0 or np.any(np.diff(a) < 0):
-            raise bad(name, f"is not a valid postings offset array of {dim + 1} entries (must start at 0 and never decrease)")
+            raise bad(name, f"is not a valid postings offset array of {dim + 1} entries "
+                            "(must start at 0 and never decrease)")
     df = np.diff(indptr)
     if rows.shape[0] != dim or np.any(df > n_docs):
         raise bad("bitmap_rows" if rows.shape[0] != dim else "indptr", "does not match the index's dim or size")
@@ -323,7 +324,8 @@ def _check_search_args(index, queries, k, bucket_weights, scoring, deleted, n_th
     if queries.dim != index.dim:
         raise DimensionMismatchError(f"the queries have dim={queries.dim} but the index has dim={index.dim}")
     if queries.n_buckets != index.n_buckets:
-        raise DimensionMismatchError(f"the queries have {queries.n_buckets} buckets but the index has {index.n_buckets}")
+        raise DimensionMismatchError(
+            f"the queries have {queries.n_buckets} buckets but the index has {index.n_buckets}")
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
         raise ValueError(f"k={k!r} must be a positive integer")
     if len(bucket_weights) != index.n_buckets:

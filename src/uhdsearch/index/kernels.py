@@ -121,10 +121,9 @@ def _accumulate_bitmaps(bitmaps, bases, n_w, w0, n_planes, planes):
     planes[:n_w * n_planes] = 0
     n_full = bases.shape[0] // 15 * 15
     for g in range(0, n_full, 15):
-        b0, b1, b2, b3, b4 = bases[g] + w0, bases[g + 1] + w0, bases[g + 2] + w0, bases[g + 3] + w0, bases[g + 4] + w0
-        b5, b6, b7, b8, b9 = bases[g + 5] + w0, bases[g + 6] + w0, bases[g + 7] + w0, bases[g + 8] + w0, bases[g + 9] + w0
-        b10, b11, b12 = bases[g + 10] + w0, bases[g + 11] + w0, bases[g + 12] + w0
-        b13, b14 = bases[g + 13] + w0, bases[g + 14] + w0
+        b0, b1, b2, b3, b4 = bases[g:g + 5] + w0
+        b5, b6, b7, b8, b9 = bases[g + 5:g + 10] + w0
+        b10, b11, b12, b13, b14 = bases[g + 10:g + 15] + w0
         for w in range(n_w):
             a1, c1 = _csa(bitmaps[b0 + w], bitmaps[b1 + w], bitmaps[b2 + w])
             a2, c2 = _csa(bitmaps[b3 + w], bitmaps[b4 + w], bitmaps[b5 + w])
@@ -196,7 +195,8 @@ def _planes_extract(planes, q, n_planes, counts, at):
 
 
 @numba.njit(cache=True)
-def _add_bitmaps_weighted(bitmaps, weights, indptr, rows, qdims, qvals, lo_j, hi_j, cursor, c_off, n_w, w0, words, values):
+def _add_bitmaps_weighted(bitmaps, weights, indptr, rows, qdims, qvals, lo_j, hi_j, cursor, c_off, n_w, w0, words,
+                          values):
     for j in range(lo_j, hi_j):
         d = qdims[j]
         if rows[d] < 0:

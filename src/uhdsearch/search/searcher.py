@@ -122,7 +122,7 @@ class Searcher:
             return run
         encoded = self.encode(queries)
         number = {d: i for i, d in enumerate(self.index.doc_ids)}
-        n_docs = self.index.n_documents
+        n_numbers = len(self.index.doc_ids)  # doc numbers, deleted ones included (a segmented index keeps them)
         for row, query in enumerate(queries):
             pool = [h.doc_id for h in candidates.results.get(query.query_id, [])]
             unknown = [d for d in pool if d not in number]
@@ -132,7 +132,7 @@ class Searcher:
                 run.results[query.query_id] = []
                 continue
             pool_numbers = np.array([number[d] for d in pool], dtype=np.int64)
-            outside = np.ones(n_docs, dtype=bool)
+            outside = np.ones(n_numbers, dtype=bool)
             outside[pool_numbers] = False  # score only the pool: everything else counts as deleted
             numbers, scores = self.index.search_encoded(encoded[row:row + 1], len(pool), self.bucket_weights,
                                                         self.scoring, deleted=outside)
