@@ -17,6 +17,8 @@ TORCH_FREE = [
     "uhdsearch.sparse",
     "uhdsearch.index.format",
     "uhdsearch.index.inverted",
+    "uhdsearch.index.commit",
+    "uhdsearch.index.segments",
     "uhdsearch.search.topk",
     "uhdsearch.evaluation.datasets",
     "uhdsearch.evaluation.metrics",

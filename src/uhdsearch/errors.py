@@ -20,3 +20,7 @@ class DimensionMismatchError(UhdError):
 
 class DataFormatError(UhdError):
     """A data file (JSONL, TSV, TREC) is malformed; the message names file and line."""
+
+
+class IndexLockedError(UhdError):
+    """Another writer holds an index's write lock, or a read-only index was asked to change."""

@@ -7,7 +7,7 @@ import scipy.sparse as sp
 
 from segments_checks import assert_same_ranking, ranking
 from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
-from uhdsearch.index.commit import IndexLockedError
+from uhdsearch.errors import IndexLockedError
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.index.segments import SegmentedIndex
 from uhdsearch.sparse import SparseEncoding
@@ -395,8 +395,6 @@ def test_searcher_over_a_segmented_index_equals_one_over_a_fresh_build(
     assert not any(d in doc_ids[100:120] for r in got.results.values() for d in (h.doc_id for h in r))
 
 
-@pytest.mark.xfail(strict=True, reason="Searcher.rerank sizes its candidate mask by n_documents (live) instead of "
-                   "len(index.doc_ids) (global numbers); one-line fix in search/searcher.py, then drop this mark")
 def test_searcher_rerank_over_a_segmented_index_with_deletions(tmp_path, tiny_encoder_session, mini_data,
                                                                mini_encoding):
     from uhdsearch.search.searcher import Searcher

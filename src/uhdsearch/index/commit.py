@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from uhdsearch._version import __version__
-from uhdsearch.errors import IndexFormatError, UhdError
+from uhdsearch.errors import IndexFormatError, IndexLockedError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.io import atomic_write_text, load_npy, save_npy
@@ -39,10 +39,6 @@ _SEGMENT = re.compile(r"seg_(\d+)")
 _DELETIONS = re.compile(r"seg_(\d+)\.del_(\d+)\.npy")
 # Temporary names made by io.atomic_write_text / atomic_directory for our own files.
 _TEMPORARY = re.compile(r"\.(commit_\d+\.json|seg_\d+)\.(tmp|old)-.*")
-
-
-class IndexLockedError(UhdError):
-    """Another writer holds the index's write lock."""
 
 
 def commit_name(generation: int) -> str:
