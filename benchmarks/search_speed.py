@@ -169,17 +169,30 @@ def build_synthetic(profile: DensityProfile, queries: SparseEncoding, n_docs: in
         raw_weights = np.lib.format.open_memmap(directory / "raw_weights.npy", "w+", np.float32, (total,))
     offset = 0
     log(f"generating {n_docs:,} documents, {total:,} postings ({total / n_docs:.0f} per document)")
-    for block in synth.blocks(max_postings=1 << 25):
+    seconds = {"fit": time.perf_counter() - t0, "draw": 0.0, "write": 0.0, "oracle": 0.0}
+    blocks = synth.blocks(max_postings=1 << 25)
+    while True:
+        t1 = time.perf_counter()
+        block = next(blocks, None)
+        t2 = time.perf_counter()
+        if block is None:
+            break
         writers["binary"].add_postings(0, block.first_dim, block.indptr, block.docs)
         writers["weighted"].add_postings(0, block.first_dim, block.indptr, block.docs, block.weights)
         if keep_raw:
             raw_docs[offset:offset + block.docs.shape[0]] = block.docs
             raw_weights[offset:offset + block.docs.shape[0]] = block.weights
         offset += block.docs.shape[0]
+        t3 = time.perf_counter()
         _accumulate(block.first_dim, block.indptr, block.docs, block.weights, q.indptr, q.indices, q.data,
                     counts, dots)
+        seconds["draw"] += t2 - t1
+        seconds["write"] += t3 - t2
+        seconds["oracle"] += time.perf_counter() - t3
+    t1 = time.perf_counter()
     for w in writers.values():
         w.close()
+    seconds["write"] += time.perf_counter() - t1
     indptr = np.zeros(synth.dim + 1, np.int64)
     np.cumsum(synth.document_frequencies(), out=indptr[1:])
     np.save(directory / "raw_indptr.npy", indptr)
@@ -197,9 +210,9 @@ def build_synthetic(profile: DensityProfile, queries: SparseEncoding, n_docs: in
         oracle[f"{name}_top"] = np.stack(tops)
     np.savez(directory / "oracle.npz", **oracle)
     info = {"n_documents": n_docs, "n_postings": total, "seed": seed, "raw": keep_raw, "n_oracle": n_oracle,
-            "seconds": round(time.perf_counter() - t0, 1)}
+            "seconds": round(time.perf_counter() - t0, 1), "stage_seconds": {k: round(v, 1) for k, v in seconds.items()}}
     (directory / "done.json").write_text(json.dumps(info) + "\n", encoding="utf-8")
-    log(f"generated in {info['seconds']} s -> {directory}")
+    log(f"generated in {info['seconds']} s {info['stage_seconds']} -> {directory}")
     return directory
 
 
@@ -230,10 +243,11 @@ def _exact_top(scores: np.ndarray, k: int = K, tol: float = 1e-9) -> tuple[np.nd
     return top, positive.astype(np.int64)
 
 
-def load_oracle(directory: Path, scoring: str) -> tuple[np.ndarray, list[np.ndarray]]:
+def load_oracle(directory: Path, scoring: str, n_queries: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Exact top-K (tie rule) and tie sets of the first min(n_queries, stored) queries."""
     with np.load(directory / "oracle.npz", allow_pickle=False) as z:
-        n = int(z["n_oracle"])
-        return z[f"{scoring}_top"], [z[f"{scoring}_ties_{i}"] for i in range(n)]
+        n = min(int(z["n_oracle"]), n_queries)
+        return z[f"{scoring}_top"][:n], [z[f"{scoring}_ties_{i}"] for i in range(n)]
 
 
 def recall_vs_exact(numbers: np.ndarray, ties: list[np.ndarray]) -> float:
@@ -295,8 +309,12 @@ def bench_uhd(directory: Path, queries: SparseEncoding, n_docs: int, threads: li
         index = InvertedIndex.load(path, mmap=True, verify=False)
         open_ms = (time.perf_counter() - t0) * 1e3
         n_postings = int(np.load(directory / "raw_indptr.npy")[-1])
-        size = directory_bytes(path)
-        top, ties = load_oracle(directory, scoring)
+        disk = directory_bytes(path)
+        if hasattr(index, "bytes_per_document"):  # posting arrays only, as stored
+            per_doc, per_posting = index.bytes_per_document(), index.bytes_per_posting(include_weights=False)
+        else:
+            per_doc, per_posting = disk / n_docs, disk / n_postings
+        top, ties = load_oracle(directory, scoring, queries.n)
         for t in threads:
             def search(q, t=t):
                 return index.search_encoded(q, K, [1.0], scoring, n_threads=t)
@@ -306,8 +324,9 @@ def bench_uhd(directory: Path, queries: SparseEncoding, n_docs: int, threads: li
             t0 = time.perf_counter()
             search(queries)
             qps = queries.n / (time.perf_counter() - t0)
-            rows.append(row(f"uhd-{scoring}", n_docs, t, times, qps, size / n_docs, recall_vs_exact(numbers, ties),
-                            floor, bytes_per_posting=round(size / n_postings, 3), open_ms=round(open_ms, 1),
+            rows.append(row(f"uhd-{scoring}", n_docs, t, times, qps, per_doc, recall_vs_exact(numbers, ties),
+                            floor, bytes_per_posting=round(per_posting, 3), disk_bytes_per_doc=round(disk / n_docs, 1),
+                            open_ms=round(open_ms, 1),
                             identical_to_oracle=identical, n_oracle_queries=int(top.shape[0])))
             log(_fmt(rows[-1]))
         del index
@@ -339,7 +358,7 @@ def bench_scipy(directory: Path, queries: SparseEncoding, n_docs: int, floor: fl
             scores = (qm @ m).toarray()
             return np.stack([_exact_top(s.astype(np.float64))[0] for s in scores])
         singles = [q[i:i + 1] for i in range(q.shape[0])]
-        top, ties = load_oracle(directory, scoring)
+        top, ties = load_oracle(directory, scoring, queries.n)
         numbers = top_of(q[: top.shape[0]])
         times = single_query_ms(top_of, singles)
         t0 = time.perf_counter()
@@ -355,9 +374,9 @@ def bench_scipy(directory: Path, queries: SparseEncoding, n_docs: int, floor: fl
     return rows
 
 
-SEISMIC_CONFIGS = (  # build parameters tried; search parameters are swept on each built index
+SEISMIC_CONFIGS = (  # build parameters tried (its defaults, then a cheaper one); search parameters swept on each
     {"n_postings": 3500, "centroid_fraction": 0.1, "summary_energy": 0.4, "doc_cut": 15},
-    {"n_postings": 10000, "centroid_fraction": 0.05, "summary_energy": 0.4, "doc_cut": 15},
+    {"n_postings": 1000, "centroid_fraction": 0.01, "summary_energy": 0.1, "doc_cut": 5},
 )
 SEISMIC_SEARCH = ({"query_cut": 20, "heap_factor": 0.7}, {"query_cut": 100, "heap_factor": 0.9},
                   {"query_cut": 400, "heap_factor": 1.0})
@@ -378,7 +397,7 @@ def bench_seismic(directory: Path, queries: SparseEncoding, n_docs: int, floor: 
     docs_bin = directory / "seismic_docs.bin"
     if not docs_bin.is_file():
         _write_seismic_docs(directory, n_docs, docs_bin)
-    top, ties = load_oracle(directory, "weighted")
+    top, ties = load_oracle(directory, "weighted", queries.n)
     q = queries.buckets[0]
     np.savez(directory / "seismic_queries.npz", indptr=q.indptr, dims=q.indices, values=q.data,
              n_oracle=top.shape[0])
@@ -386,6 +405,7 @@ def bench_seismic(directory: Path, queries: SparseEncoding, n_docs: int, floor: 
     for config in SEISMIC_CONFIGS:
         result_path = directory / "seismic_result.json"
         result_path.unlink(missing_ok=True)
+        Path(str(result_path) + ".progress").unlink(missing_ok=True)
         job = {"docs": str(docs_bin), "queries": str(directory / "seismic_queries.npz"), "out": str(result_path),
                "build": config, "search": list(SEISMIC_SEARCH), "mem_gb": mem_gb}
         t0 = time.perf_counter()
@@ -393,8 +413,13 @@ def bench_seismic(directory: Path, queries: SparseEncoding, n_docs: int, floor: 
             proc = subprocess.run([sys.executable, __file__, "--seismic-worker", json.dumps(job)], capture_output=True,
                                   text=True, timeout=timeout_s)
             status = f"exit {proc.returncode}" + ("" if proc.returncode == 0 else f": {proc.stderr.strip()[-300:]}")
-        except subprocess.TimeoutExpired:
-            status = f"build+search did not finish within {timeout_s:.0f} s (--seismic-timeout)"
+        except subprocess.TimeoutExpired as exc:
+            progress = Path(job["out"] + ".progress")
+            stage = (f"build finished in {json.loads(progress.read_text())['build_s']} s, search"
+                     if progress.is_file() else "build")
+            output = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            last = [line for line in output.splitlines() if line.strip()][-1:] or ["(no output)"]
+            status = f"{stage} did not finish within {timeout_s:.0f} s (--seismic-timeout); last log line: {last[0]}"
         elapsed = time.perf_counter() - t0
         if not result_path.is_file():
             rows.append(row("seismic", n_docs, 1, None, None, None, None, floor, seismic_build=config,
@@ -437,6 +462,7 @@ def seismic_worker(job: dict) -> None:
     t0 = time.perf_counter()
     index = seismic.SeismicIndexRawLV.build(job["docs"], **job["build"])
     build_s = time.perf_counter() - t0
+    Path(job["out"] + ".progress").write_text(json.dumps({"build_s": round(build_s, 1)}))
     with np.load(job["queries"], allow_pickle=False) as z:
         indptr, dims, values = z["indptr"], z["dims"].astype(np.int32), z["values"].astype(np.float32)
     queries = [(dims[a:b], values[a:b]) for a, b in zip(indptr[:-1], indptr[1:])]
@@ -577,6 +603,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated N (capped by --max-docs)")
     parser.add_argument("--methods", default="uhd,scipy,seismic,bm25s")
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--n-queries", type=int, default=None,
+                        help="real queries timed per size (default: all 300 up to 100k documents, 100 beyond)")
     parser.add_argument("--work-dir", type=Path, default=ROOT / "out" / "search_speed")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--raw-max-gb", type=float, default=6.0, help="keep raw vectors (scipy, Seismic) up to this")
@@ -610,18 +638,27 @@ def main(argv: list[str] | None = None) -> None:
         df = np.diff(np.load(directory / "raw_indptr.npy"))
         touched = np.array([df[queries.buckets[0].indices[a:b]].sum()
                             for a, b in zip(queries.buckets[0].indptr[:-1], queries.buckets[0].indptr[1:])])
+        n_q = args.n_queries or (queries.n if n <= 100_000 else 100)
+        touched = touched[:n_q]
         floor = float(np.median(touched * 4 / (bandwidth * 1e9) * 1e3))
+        timed = queries[:n_q]
         if "uhd" in methods:
-            rows += bench_uhd(directory, queries, n, threads, floor)
+            rows += bench_uhd(directory, timed, n, threads, floor)
         if "scipy" in methods:
-            rows += bench_scipy(directory, queries, n, floor, args.raw_max_gb * 1e9)
-        if "seismic" in methods:
-            rows += bench_seismic(directory, queries, n, floor, args.seismic_timeout, args.seismic_mem_gb)
+            rows += bench_scipy(directory, timed, n, floor, args.raw_max_gb * 1e9)
+        failed = [r for r in rows if r["method"] == "seismic" and r["p50_ms"] is None]
+        if "seismic" in methods and failed and len(failed) == sum(r["method"] == "seismic" for r in rows):
+            rows.append(row("seismic", n, 1, None, None, None, None, floor,
+                            note=f"skipped: every build failed at N={failed[-1]['n_docs']:,}"))
+        elif "seismic" in methods:
+            rows += bench_seismic(directory, timed, n, floor, args.seismic_timeout, args.seismic_mem_gb)
         if "bm25s" in methods:
-            rows += bench_bm25s(n, queries.n, args.seed)
+            rows += bench_bm25s(n, n_q, args.seed)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB; grows across sizes
         for r in rows:
             if r["n_docs"] == n:
                 r.setdefault("median_touched_postings", int(np.median(touched)))
+                r.setdefault("process_max_rss_gb", round(peak, 2))
     print(header())
     for r in rows:
         print(_fmt(r))
