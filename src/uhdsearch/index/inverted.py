@@ -1,6 +1,8 @@
 """Binarized (and weighted) inverted index: per bucket, postings dim -> ascending internal doc numbers.
 
-numpy/scipy only; never imports torch or the encoder (an encoder is used duck-typed in `build`).
+Postings are stored compressed (codec.py: bitmaps for frequent dims, bit-packed blocks for the rest) and
+searched by the numba kernels in kernels.py. numpy/scipy/numba only; never imports torch or the encoder
+(an encoder is used duck-typed in `build`).
 """
 from __future__ import annotations
 
