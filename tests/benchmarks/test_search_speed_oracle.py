@@ -1,0 +1,60 @@
+"""The exact oracle of benchmarks/search_speed.py: streamed accumulation equals brute force; tie rule; recall."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from uhdsearch.index.synthetic import DensityProfile, SyntheticPostings
+from uhdsearch.search.topk import top_k
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "search_speed.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("search_speed", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_streamed_oracle_equals_brute_force(bench):
+    rng = np.random.default_rng(0)
+    dim, n_docs = 300, 2000
+    profile = DensityProfile(rng.uniform(0, 0.3, dim), rng.integers(20, 70, 200), np.linspace(0.01, 0.2, 11))
+    synth = SyntheticPostings(profile, n_docs, seed=5)
+    queries = sp.random(7, dim, density=0.1, format="csr", random_state=1, dtype=np.float32)
+    counts = np.zeros((7, n_docs), np.int32)
+    dots = np.zeros((7, n_docs))
+    parts = []
+    for block in synth.blocks(max_postings=5000):  # many ranges, as at scale
+        bench._accumulate(block.first_dim, block.indptr, block.docs, block.weights, queries.indptr,
+                          queries.indices, queries.data, counts, dots)
+        parts.append(sp.csc_matrix((block.weights, block.docs, block.indptr), shape=(n_docs, block.indptr.size - 1)))
+    documents = sp.hstack(parts).tocsr()
+    expected_dots = (queries.astype(np.float64) @ documents.astype(np.float64).T).toarray()
+    binary_q, binary_d = queries.copy(), documents.copy()
+    binary_q.data[:], binary_d.data[:] = 1, 1
+    np.testing.assert_array_equal(counts, (binary_q @ binary_d.T).toarray())
+    np.testing.assert_allclose(dots, expected_dots, rtol=1e-12)
+
+
+def test_exact_top_follows_the_tie_rule(bench):
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        scores = rng.integers(0, 6, 200).astype(np.float64)  # many ties, as overlap counts have
+        top, ties = bench._exact_top(scores)
+        expected, _ = top_k(scores, 10)
+        np.testing.assert_array_equal(top[: expected.size], expected)
+        kth = np.sort(scores[scores > 0])[::-1][9]
+        np.testing.assert_array_equal(ties, np.flatnonzero(scores >= kth))
+
+
+def test_recall_counts_tied_documents_as_correct(bench):
+    ties = [np.arange(12)]  # 12 documents share the 10th best score
+    assert bench.recall_vs_exact(np.array([[11, 10, 9, 8, 7, 6, 5, 4, 3, 2]]), ties) == 1.0
+    assert bench.recall_vs_exact(np.array([[0, 1, 2, 3, 4, 50, 51, 52, 53, -1]]), ties) == 0.5
