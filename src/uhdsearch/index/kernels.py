@@ -8,10 +8,13 @@ Each work unit keeps a k-heap; the host merges the heaps of the ranges of one qu
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import prange, types
+from numba import types
 from numba.extending import intrinsic
 
 from uhdsearch.index.codec import BLOCK
@@ -389,17 +392,17 @@ def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, block
         out_scores[i] = 0.0
 
 
-@numba.njit(cache=True, parallel=True)
-def search_batch(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
-                 qptr, qdims, qvals, bucket_weights, weighted, bounds, deleted, k, out_docs, out_scores):
-    """Every (query, doc range) pair in parallel; out_* are (n_queries, n_ranges, k) per-range heaps.
+@numba.njit(cache=True, nogil=True)
+def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
+              qptr, qdims, qvals, bucket_weights, weighted, bounds, deleted, k, out_docs, out_scores, first, last):
+    """Tasks first..last-1 of all (query, doc range) pairs; out_* are (n_queries, n_ranges, k) per-range heaps.
 
     qptr is (n_queries * n_buckets + 1,): the dims of query q in bucket b are qdims[qptr[q n_b + b]:...].
+    Releases the GIL, so host threads run disjoint task ranges side by side.
     """
     n_buckets = bucket_weights.shape[0]
-    n_queries = out_docs.shape[0]
     n_ranges = bounds.shape[0] - 1
-    for task in prange(n_queries * n_ranges):
+    for task in range(first, last):
         q = task // n_ranges
         r = task % n_ranges
         _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
@@ -439,6 +442,16 @@ def merge_heaps(docs: np.ndarray, scores: np.ndarray, depth: int) -> tuple[np.nd
     return np.take_along_axis(docs, order, 1), np.take_along_axis(scores, order, 1)
 
 
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="uhdsearch")
+    return _POOL
+
+
 def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted: bool,
            deleted: np.ndarray | None, n_threads: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of every query row over compressed `buckets`; see InvertedIndex.search_encoded."""
@@ -462,13 +475,19 @@ def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted:
         tuple(p.weights if (weighted and p.weights is not None) else empty_weights for p in buckets),
     )
     mask = np.zeros(0, np.bool_) if deleted is None else np.ascontiguousarray(deleted, np.bool_)
-    previous = numba.get_num_threads()
-    numba.set_num_threads(max(1, min(n_threads, numba.config.NUMBA_NUM_THREADS)))
-    try:
-        search_batch(*args, (n_documents + 63) // 64, qptr, qdims, qvals,
-                     np.asarray(bucket_weights, np.float64), weighted, bounds, mask, depth, out_docs, out_scores)
-    finally:
-        numba.set_num_threads(previous)
+    common = (*args, (n_documents + 63) // 64, qptr, qdims, qvals, np.asarray(bucket_weights, np.float64),
+              weighted, bounds, mask, depth, out_docs, out_scores)
+    n_tasks = n_q * n_ranges
+    n_workers = min(n_threads, n_tasks)
+    if n_workers == 1:
+        run_tasks(*common, 0, n_tasks)
+    else:
+        # Host threads rather than numba's parallel=True: they sleep instead of spinning when the machine is
+        # busy (OpenMP's spinning made 2 threads slower than 1 on a loaded 2-core box), and compile faster.
+        cuts = [n_tasks * i // n_workers for i in range(n_workers + 1)]
+        futures = [_pool().submit(run_tasks, *common, cuts[i], cuts[i + 1]) for i in range(n_workers)]
+        for future in futures:
+            future.result()
     return merge_heaps(out_docs, out_scores, depth)
 
 
