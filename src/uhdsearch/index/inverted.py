@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
 from uhdsearch.index import format as fmt
-from uhdsearch.index import kernels
+from uhdsearch.index import dispatch, kernels
 from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
 from uhdsearch.io import atomic_directory, load_npy, save_npy, write_json
 from uhdsearch.sparse import SparseEncoding
@@ -238,7 +238,7 @@ class InvertedIndex:
         _check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
         if n_threads is None:
             n_threads = numba.get_num_threads()
-        return kernels.search(self.buckets, self.n_documents, queries, int(k), bucket_weights,
+        return dispatch.search(self.buckets, self.n_documents, queries, int(k), bucket_weights,
                               scoring == "weighted", deleted, int(n_threads))
 
     def document_frequencies(self, bucket: int = 0) -> np.ndarray:

@@ -2,14 +2,12 @@
 
 Work unit: one query over one range of doc numbers, walked in chunks of CHUNK documents. Per chunk and bucket,
 packed lists add into small counters (term at a time); bitmap dims of a binary query are counted with
-bit-sliced counters (bit j of 64 documents' counts in one word, ripple-carry adds), so a bitmap word costs a
-few operations for 64 documents. Scores are summed over buckets in bucket order, as the oracle sums them.
-Each work unit keeps a k-heap; the host merges the heaps of the ranges of one query.
+bit-sliced counters (bit j of 64 documents' counts in one word, fed by 15-input carry-save adders), so a bitmap
+word costs a few operations for 64 documents, and a word whose best possible total cannot enter the top k is
+never unpacked. Scores are summed over buckets in bucket order, as the oracle sums them. Each work unit keeps a
+k-heap; dispatch.py runs work units on threads and merges the heaps of one query's ranges.
 """
 from __future__ import annotations
-
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -408,87 +406,6 @@ def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, p
         _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
                       qptr[q * n_buckets:(q + 1) * n_buckets + 1], qdims, qvals, bucket_weights, weighted,
                       bounds[r], bounds[r + 1], deleted, k, out_docs[q, r], out_scores[q, r])
-
-
-# ---------------------------------------------------------------- host side
-def query_arrays(queries, n_buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Interleave per-bucket CSR rows into (qptr, qdims int64, qvals float32) ordered by (query, bucket)."""
-    lengths = np.stack([np.diff(m.indptr) for m in queries.buckets], axis=1).astype(np.int64)  # (n_q, n_b)
-    qptr = np.concatenate(([0], np.cumsum(lengths.ravel()))).astype(np.int64)
-    starts = qptr[:-1].reshape(-1, n_buckets)
-    qdims = np.empty(int(qptr[-1]), np.int64)
-    qvals = np.empty(int(qptr[-1]), np.float32)
-    for b, m in enumerate(queries.buckets):
-        where = np.repeat(starts[:, b] - m.indptr[:-1], lengths[:, b]) + np.arange(m.nnz)
-        qdims[where] = m.indices
-        qvals[where] = m.data
-    return qptr, qdims, qvals
-
-
-def range_bounds(n_documents: int, n_ranges: int) -> np.ndarray:
-    """(n_ranges + 1,) int64 split points, multiples of 64 so that no bitmap word is shared."""
-    words = (n_documents + 63) // 64
-    cuts = [min(n_documents, (words * r // n_ranges) * 64) for r in range(n_ranges)]
-    return np.array(cuts + [n_documents], np.int64)
-
-
-def merge_heaps(docs: np.ndarray, scores: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """(n_q, n_ranges, k) heaps -> (n_q, depth) sorted by score desc, doc asc; padding -1 / 0 last."""
-    n_q = docs.shape[0]
-    docs = docs.reshape(n_q, -1)
-    scores = scores.reshape(n_q, -1)
-    key = np.where(docs >= 0, -scores, np.inf)
-    order = np.lexsort((np.where(docs >= 0, docs, np.iinfo(np.int64).max), key), axis=-1)[:, :depth]
-    return np.take_along_axis(docs, order, 1), np.take_along_axis(scores, order, 1)
-
-
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="uhdsearch")
-    return _POOL
-
-
-def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted: bool,
-           deleted: np.ndarray | None, n_threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k of every query row over compressed `buckets`; see InvertedIndex.search_encoded."""
-    depth = min(k, n_documents)
-    n_q = queries.n
-    if n_q == 0 or depth == 0:
-        return np.full((n_q, depth), -1, np.int64), np.zeros((n_q, depth))
-    n_buckets = len(buckets)
-    qptr, qdims, qvals = query_arrays(queries, n_buckets)
-    # one query: split the documents between threads; many: one query per task
-    n_ranges = n_threads if n_q < n_threads else 1
-    n_ranges = max(1, min(n_ranges, (n_documents + 63) // 64))
-    bounds = range_bounds(n_documents, n_ranges)
-    out_docs = np.empty((n_q, n_ranges, depth), np.int64)
-    out_scores = np.empty((n_q, n_ranges, depth), np.float64)
-    empty_weights = np.zeros(0, np.float32)
-    args = (
-        tuple(p.indptr for p in buckets), tuple(p.bitmap_rows for p in buckets), tuple(p.bitmaps for p in buckets),
-        tuple(p.block_ptr for p in buckets), tuple(p.payload_ptr for p in buckets), tuple(p.blocks for p in buckets),
-        tuple(p.payload for p in buckets),
-        tuple(p.weights if (weighted and p.weights is not None) else empty_weights for p in buckets),
-    )
-    mask = np.zeros(0, np.bool_) if deleted is None else np.ascontiguousarray(deleted, np.bool_)
-    common = (*args, (n_documents + 63) // 64, qptr, qdims, qvals, np.asarray(bucket_weights, np.float64),
-              weighted, bounds, mask, depth, out_docs, out_scores)
-    n_tasks = n_q * n_ranges
-    n_workers = min(n_threads, n_tasks)
-    if n_workers == 1:
-        run_tasks(*common, 0, n_tasks)
-    else:
-        # Host threads rather than numba's parallel=True: they sleep instead of spinning when the machine is
-        # busy (OpenMP's spinning made 2 threads slower than 1 on a loaded 2-core box), and compile faster.
-        cuts = [n_tasks * i // n_workers for i in range(n_workers + 1)]
-        futures = [_pool().submit(run_tasks, *common, cuts[i], cuts[i + 1]) for i in range(n_workers)]
-        for future in futures:
-            future.result()
-    return merge_heaps(out_docs, out_scores, depth)
 
 
 @numba.njit(cache=True)
