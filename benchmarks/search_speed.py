@@ -216,7 +216,7 @@ def build_synthetic(profile: DensityProfile, queries: SparseEncoding, n_docs: in
     return directory
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True)  # no on-disk cache: this script runs as __main__ and is imported by tests
 def _accumulate(first_dim, indptr, docs, weights, q_indptr, q_dims, q_values, counts, dots):  # pragma: no cover
     n_dims = indptr.shape[0] - 1
     for s in nb.prange(q_indptr.shape[0] - 1):

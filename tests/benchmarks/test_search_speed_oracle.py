@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "search_speed.py"
 def bench():
     spec = importlib.util.spec_from_file_location("search_speed", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["search_speed"] = module  # numba's on-disk cache resolves compiled functions by module name
     spec.loader.exec_module(module)
-    return module
+    yield module
+    del sys.modules["search_speed"]
 
 
 def test_streamed_oracle_equals_brute_force(bench):
