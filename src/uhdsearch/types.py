@@ -1,6 +1,8 @@
 """Shared records: queries, documents, qrels and runs. No torch, no I/O beyond TREC text."""
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -77,3 +79,21 @@ def as_queries(queries: Mapping[str, str] | Sequence[Query] | Iterable[Query]) -
         if not isinstance(q, Query):
             raise TypeError(f"expected Query records or a {{query_id: text}} mapping, got {type(q).__name__}")
     return out
+
+
+def start_run(queries: Mapping[str, str] | Sequence[Query], k: int, name: str) -> tuple[Run, list[Query]]:
+    """The common start of every `search(queries, k)`: check k, give every query an (empty) result list.
+
+    Returns the Run and the queries with text to search; empty or whitespace-only queries keep empty results.
+    """
+    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+        raise ValueError(f"k={k!r} must be a positive integer")
+    queries = as_queries(queries)
+    run = Run(name=name)
+    for q in queries:
+        run.results[q.query_id] = []
+    live = [q for q in queries if q.text.strip()]
+    if len(live) < len(queries):
+        logging.getLogger("uhdsearch").warning("%d empty or whitespace-only queries get empty results",
+                                               len(queries) - len(live))
+    return run, live

@@ -2,16 +2,14 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates
-from uhdsearch.types import Document, Query, Run, ScoredDoc, as_queries
+from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 
 logger = logging.getLogger(__name__)
 
@@ -72,15 +70,7 @@ class DenseRetriever:
         return mean_pool(states, self.backbone.n_layers)
 
     def search(self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000) -> Run:
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
-            raise ValueError(f"k={k!r} must be a positive integer")
-        queries = as_queries(queries)
-        run = Run(name=self.name)
-        live = [q for q in queries if q.text.strip()]
-        if len(live) < len(queries):
-            logger.warning("%d empty or whitespace-only queries get empty results", len(queries) - len(live))
-        for q in queries:
-            run.results[q.query_id] = []
+        run, live = start_run(queries, int(k) if isinstance(k, np.integer) else k, self.name)
         if not live:
             return run
         vectors = self.encode_queries([q.text for q in live])

@@ -24,7 +24,7 @@ from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
 from uhdsearch.search.topk import top_k
 from uhdsearch.training.data import TrainingPair, remove_span, unique_document_batches
-from uhdsearch.types import Document, Query, Run, ScoredDoc, as_queries
+from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 
 logger = logging.getLogger(__name__)
 
@@ -317,15 +317,7 @@ class DualEncoder:
 
     def search(self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000) -> Run:
         """Exact top-k per query; ties broken by doc number (corpus order)."""
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
-            raise ValueError(f"k={k!r} must be a positive integer")
-        queries = as_queries(queries)
-        run = Run(name=self.name)
-        live = [q for q in queries if q.text.strip()]
-        if len(live) < len(queries):
-            logger.warning("%d empty or whitespace-only queries get empty results", len(queries) - len(live))
-        for q in queries:
-            run.results[q.query_id] = []
+        run, live = start_run(queries, int(k) if isinstance(k, np.integer) else k, self.name)
         if not live:
             return run
         scores = self.document_scores(self.encode_queries([q.text for q in live]))

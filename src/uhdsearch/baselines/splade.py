@@ -22,7 +22,7 @@ from uhdsearch.index.inverted import WeightedIndex
 from uhdsearch.search.scoring import score_query
 from uhdsearch.search.topk import top_k
 from uhdsearch.sparse import SparseEncoding
-from uhdsearch.types import Document, Query, Run, ScoredDoc, as_queries
+from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 
 logger = logging.getLogger(__name__)
 
@@ -176,15 +176,7 @@ class SpladeRetriever:
         Raises:
             ValueError: k <= 0.
         """
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
-            raise ValueError(f"k={k!r} must be a positive integer")
-        queries = as_queries(queries)
-        run = Run(name=self.name)
-        live = [q for q in queries if q.text.strip()]
-        if len(live) < len(queries):
-            logger.warning("%d empty or whitespace-only queries get empty results", len(queries) - len(live))
-        for q in queries:
-            run.results[q.query_id] = []
+        run, live = start_run(queries, int(k) if isinstance(k, np.integer) else k, self.name)
         if not live:
             return run
         encoded = self.encoder.encode([q.text for q in live], self.query_max_length)
