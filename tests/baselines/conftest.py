@@ -21,3 +21,19 @@ def dense_states(dense_backbone, mini_data):
 
     return compute_token_states(dense_backbone, [d.full_text for d in mini_data.corpus.values()],
                                 [dense_backbone.n_layers], DENSE_MAX_LENGTH, show_progress=False)
+
+
+# Short names the DE/ME tests use.
+@pytest.fixture(scope="session")
+def backbone(dense_backbone):
+    return dense_backbone
+
+
+@pytest.fixture(scope="session")
+def documents(mini_data):
+    return list(mini_data.corpus.values())
+
+
+@pytest.fixture(scope="session")
+def states(dense_states):
+    return dense_states

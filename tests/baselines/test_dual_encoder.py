@@ -15,21 +15,6 @@ MAX_LENGTH = 64
 
 
 @pytest.fixture(scope="module")
-def backbone(dense_backbone):
-    return dense_backbone
-
-
-@pytest.fixture(scope="module")
-def documents(mini_data):
-    return list(mini_data.corpus.values())
-
-
-@pytest.fixture(scope="module")
-def states(dense_states):
-    return dense_states
-
-
-@pytest.fixture(scope="module")
 def train_data(scifact_mini_dir):
     return load_beir(scifact_mini_dir, "train")
 

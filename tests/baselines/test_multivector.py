@@ -13,21 +13,6 @@ MAX_LENGTH = 64
 
 
 @pytest.fixture(scope="module")
-def backbone(dense_backbone):
-    return dense_backbone
-
-
-@pytest.fixture(scope="module")
-def documents(mini_data):
-    return list(mini_data.corpus.values())
-
-
-@pytest.fixture(scope="module")
-def states(dense_states):
-    return dense_states
-
-
-@pytest.fixture(scope="module")
 def head(backbone):
     head = DualEncoderHead(backbone.hidden_size, 24, "cls", seed=3)
     with torch.no_grad():  # a non-trivial LayerNorm, as after training

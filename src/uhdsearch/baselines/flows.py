@@ -8,6 +8,8 @@ features and its multi-scale split factors half the features out per level under
 """
 from __future__ import annotations
 
+import abc
+
 import logging
 import math
 from typing import TypeVar
@@ -36,8 +38,8 @@ def _mlp(n_in: int, n_out: int, hidden: int, n_layers: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class Flow(nn.Module):
-    """An invertible map with a tractable log-determinant; subclasses define _forward and inverse."""
+class Flow(nn.Module, abc.ABC):
+    """An invertible map with a tractable log-determinant; subclasses define forward and inverse."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -46,13 +48,13 @@ class Flow(nn.Module):
         self.dim = dim
         self.register_buffer("initialized", torch.tensor(False))
 
+    @abc.abstractmethod
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """z (n, dim) and log|det dz/dx| (n,)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def inverse(self, z: torch.Tensor) -> torch.Tensor:
         """x (n, dim) from z."""
-        raise NotImplementedError
 
     def initialize(self, x: torch.Tensor) -> None:
         """Data-dependent initialisation (standardize the first batch); called once by fit."""

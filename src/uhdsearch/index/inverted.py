@@ -235,7 +235,7 @@ class InvertedIndex:
             DimensionMismatchError: queries of another dim or bucket count.
             ValueError: bad k, weights, scoring, mask or thread count.
         """
-        _check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
+        check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
         if n_threads is None:
             n_threads = numba.get_num_threads()
         return dispatch.search(self.buckets, self.n_documents, queries, int(k), bucket_weights,
@@ -320,7 +320,8 @@ def _read_only(postings: CompressedPostings) -> CompressedPostings:
     return postings
 
 
-def _check_search_args(index, queries, k, bucket_weights, scoring, deleted, n_threads) -> None:
+def check_search_args(index, queries, k, bucket_weights, scoring, deleted, n_threads) -> None:
+    """The argument checks of every `search_encoded` (InvertedIndex and SegmentedIndex)."""
     if not isinstance(queries, SparseEncoding):
         raise TypeError(f"queries must be a SparseEncoding, got {type(queries).__name__}")
     if queries.dim != index.dim:
@@ -338,8 +339,10 @@ def _check_search_args(index, queries, k, bucket_weights, scoring, deleted, n_th
         raise ValueError("weighted scoring needs a weighted index; build one with WeightedIndex")
     if deleted is not None:
         deleted = np.asarray(deleted)
-        if deleted.dtype != np.bool_ or deleted.shape != (index.n_documents,):
-            raise ValueError(f"deleted must be a ({index.n_documents},) bool mask, got {deleted.shape} {deleted.dtype}")
+        n_numbers = len(index.doc_ids)  # a segmented index numbers its deleted documents too
+        if deleted.dtype != np.bool_ or deleted.shape != (n_numbers,):
+            raise ValueError(f"deleted must be a ({n_numbers},) bool mask over doc numbers, got {deleted.shape} "
+                             f"{deleted.dtype}")
     if n_threads is not None and (not isinstance(n_threads, (int, np.integer)) or n_threads < 1):
         raise ValueError(f"n_threads={n_threads!r} must be a positive integer or None")
 

@@ -21,7 +21,7 @@ import numpy as np
 from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
 from uhdsearch.index import commit as cp
 from uhdsearch.index import format as fmt
-from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
+from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex, check_search_args
 from uhdsearch.sparse import SparseEncoding
 
 logger = logging.getLogger(__name__)
@@ -301,7 +301,7 @@ class SegmentedIndex:
             numbers (n_queries, min(k, n_documents)) int64 and scores of the same shape float64, score
             descending then global doc number ascending; positive scores only; rows padded with -1 and 0.
         """
-        self._check_search_args(queries, k, bucket_weights, scoring, deleted)
+        check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
         depth = min(int(k), self.n_documents)
         numbers_parts, scores_parts = [], []
         offset = 0
@@ -333,25 +333,6 @@ class SegmentedIndex:
         if self._lock is None:
             raise cp.IndexLockedError(f"{self.path} is open read-only (or closed); open it with "
                                       "SegmentedIndex.open(path, writable=True) to change it")
-
-    def _check_search_args(self, queries, k, bucket_weights, scoring, deleted) -> None:
-        if not isinstance(queries, SparseEncoding):
-            raise TypeError(f"queries must be a SparseEncoding, got {type(queries).__name__}")
-        if queries.dim != self.dim or queries.n_buckets != self.n_buckets:
-            raise DimensionMismatchError(f"the queries have dim={queries.dim} and {queries.n_buckets} buckets but "
-                                         f"the index has dim={self.dim} and {self.n_buckets} buckets")
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
-            raise ValueError(f"k={k!r} must be a positive integer")
-        if len(bucket_weights) != self.n_buckets:
-            raise ValueError(f"{len(bucket_weights)} bucket weights for {self.n_buckets} buckets")
-        if scoring not in ("binary", "weighted"):
-            raise ValueError(f"scoring={scoring!r}; choose 'binary' or 'weighted'")
-        if scoring == "weighted" and self.variant != "weighted":
-            raise ValueError("weighted scoring needs a weighted index; create one with variant='weighted'")
-        if deleted is not None and (np.asarray(deleted).dtype != np.bool_
-                                    or np.shape(deleted) != (len(self.doc_ids),)):
-            raise ValueError(f"deleted must be a ({len(self.doc_ids)},) bool mask over global doc numbers, got "
-                             f"{np.shape(deleted)} {np.asarray(deleted).dtype}")
 
     def _parts(self) -> list[tuple[InvertedIndex, np.ndarray, int]]:
         """(index, deleted mask, deleted count) per segment in global order, the uncommitted additions last."""
