@@ -34,6 +34,14 @@ def test_sentence_split_and_ict_pairs_remove_the_query_sentence():
         assert p.query in text and p.query not in remove_span(text, p.drop)
 
 
+def test_lowercased_text_splits_into_sentences():
+    # Medline in BEIR layout is lowercased with spaced full stops; before this rule it gave 120 ICT pairs.
+    text = "correlation of glucose levels . coefficients were determined at delivery . the fetal level depends."
+    assert [text[a:b] for a, b in split_sentences(text)] == [
+        "correlation of glucose levels .", "coefficients were determined at delivery .", "the fetal level depends."]
+    assert len(split_sentences("Mixed case. but not here.")) == 1
+
+
 def test_pairs_from_qrels_skips_unknown_documents_and_non_relevant():
     from uhdsearch.types import Query
 

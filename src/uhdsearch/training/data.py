@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from uhdsearch.types import Document, Qrels, Query
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
+# Lowercased collections (Medline, CISI in BEIR) have no capitals to anchor on: any letter starts a sentence.
+_SENTENCE_END_LOWERCASED = re.compile(r"(?<=[.!?])\s+(?=[a-z0-9(\[])")
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,13 @@ def pairs_from_qrels(queries: Sequence[Query], qrels: Qrels, doc_rows: Mapping[s
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
-    """Character spans of the sentences of `text` (a light rule: end mark, space, capital or digit)."""
+    """Character spans of the sentences of `text` (a light rule: end mark, space, capital or digit).
+
+    In text without any capital letter, an end mark and space before any letter ends a sentence.
+    """
+    pattern = _SENTENCE_END if any(c.isupper() for c in text) else _SENTENCE_END_LOWERCASED
     spans, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
+    for match in pattern.finditer(text):
         spans.append((start, match.start()))
         start = match.end()
     if start < len(text):
