@@ -1,7 +1,8 @@
 """Encoding throughput of the UHD encoder on this CPU, and the WTA layer's share of it (issue 4, item 7).
 
 For each setting: documents per second through the backbone alone and through backbone + WTA head, and the
-median latency of encoding one query. Settings: dim 32,768 and 81,920, projection in float32 and bfloat16.
+median latency of encoding one query, with the backbone in PyTorch and through ONNX Runtime
+(`UHDEncoder.use_onnx_runtime`). Settings: dim 32,768 and 81,920, projection in float32 and bfloat16.
 
     .venv/bin/python benchmarks/encoding_speed.py [--n-docs 256] [--doc-length 256]
 
@@ -68,14 +69,17 @@ def main() -> None:
             encoder.eval()
             seconds = timed(lambda: encoder.encode_document(texts, batch_size=32, show_progress=False), args.repeats)
             query_ms = [1000 * timed(lambda q=q: encoder.encode_query([q]), 1) for q in queries]
+            encoder.use_onnx_runtime()
+            onnx_ms = [1000 * timed(lambda q=q: encoder.encode_query([q]), 1) for q in queries]
             rows.append({"setting": f"dim {dim}, {dtype}", "docs_per_s": len(texts) / seconds,
                          "wta_share": max(0.0, 1 - backbone_s / seconds),
-                         "query_ms_p50": statistics.median(query_ms)})
+                         "query_ms_p50": statistics.median(query_ms), "query_ms_p50_onnx": statistics.median(onnx_ms)})
             del encoder
-    print(f"{'setting':<24} {'docs/s':>8} {'WTA share':>10} {'query p50 ms':>13}")
+    print(f"{'setting':<24} {'docs/s':>8} {'WTA share':>10} {'query p50 ms':>13} {'with ONNX':>10}")
     for row in rows:
         q = "" if row["query_ms_p50"] is None else f"{row['query_ms_p50']:.1f}"
-        print(f"{row['setting']:<24} {row['docs_per_s']:>8.1f} {row['wta_share']:>10.0%} {q:>13}")
+        o = "" if row.get("query_ms_p50_onnx") is None else f"{row['query_ms_p50_onnx']:.1f}"
+        print(f"{row['setting']:<24} {row['docs_per_s']:>8.1f} {row['wta_share']:>10.0%} {q:>13} {o:>10}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"n_docs": len(texts), "doc_length": args.doc_length,
                                    "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),

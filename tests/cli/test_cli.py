@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from uhdsearch.cli.main import main
@@ -176,6 +177,17 @@ def test_search_one_query_text(trained: Trained, scifact_mini_dir: Path, capsys)
     assert {line[2] for line in lines} <= set(load_corpus(scifact_mini_dir / "corpus.jsonl"))
     scores = [float(line[4]) for line in lines]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_search_with_onnx_runtime_gives_the_same_run(trained: Trained, capsys) -> None:
+    args = _search_args(trained, "--query", "vitamin D and bone density", "--k", "5")
+    code, torch_out, err = _run(capsys, args)
+    assert code == 0, err
+    code, onnx_out, err = _run(capsys, args + ["--onnx"])
+    assert code == 0, err
+    torch_lines, onnx_lines = ([line.split() for line in out.splitlines()] for out in (torch_out, onnx_out))
+    assert [line[2] for line in onnx_lines] == [line[2] for line in torch_lines] and torch_lines
+    assert np.allclose([float(x[4]) for x in onnx_lines], [float(x[4]) for x in torch_lines], atol=1e-4)
 
 
 def test_empty_query_is_an_empty_result_not_an_error(trained: Trained, capsys, caplog) -> None:

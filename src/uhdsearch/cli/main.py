@@ -143,6 +143,8 @@ def search(
     query_k: Optional[int] = typer.Option(None, "--query-k", help="Override the model's query_k (0 = keep all)."),
     wta_k: Optional[int] = typer.Option(None, "--wta-k", help="Override winners per token at inference."),
     rerank: Optional[Path] = typer.Option(None, "--rerank", help="TREC run whose candidates to re-rank."),
+    onnx: bool = typer.Option(False, "--onnx", help="Run the backbone through ONNX Runtime: ~2x faster query "
+                              "encoding on a CPU, after a ~3 s export at start."),
 ) -> None:
     """Search an index; writes a TREC run to stdout."""
     from uhdsearch.encoder.model import UHDEncoder
@@ -164,6 +166,8 @@ def search(
     if query_k is not None:
         overrides["query_k"] = query_k or None
     encoder = UHDEncoder.from_pretrained(model, **overrides)
+    if onnx:
+        encoder.use_onnx_runtime()
     searcher = Searcher(encoder, InvertedIndex.load(index_dir), scoring=scoring)
     items = list(load_queries(queries).values()) if queries is not None else [Query("q1", query)]
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)

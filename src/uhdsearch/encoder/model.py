@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.buckets import Buckets
 from uhdsearch.encoder.config import EncoderConfig
+from uhdsearch.encoder.onnx_backbone import OnnxBackbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
 from uhdsearch.errors import ModelFormatError
 from uhdsearch.io import atomic_directory, read_json, write_json
@@ -47,6 +48,8 @@ class UHDEncoder(nn.Module):
         # Optional per-layer maps of backbone token states applied before the WTA layer (e.g. whitening,
         # baselines/whitening.py); absolute layer -> callable. Not saved by save_pretrained, not in the digest.
         self.state_transforms: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
+        self._onnx: tuple[OnnxBackbone, tuple[int, ...]] | None = None  # (runner, backbone weight versions)
+        self._onnx_threads: int | None = None
 
     @classmethod
     def new(cls, backbone_dir: str | os.PathLike | None = None, config: EncoderConfig | None = None) -> UHDEncoder:
@@ -67,8 +70,33 @@ class UHDEncoder(nn.Module):
         batch = self.backbone.tokenize(list(texts), max_length)
         return self._encode_batch(batch["input_ids"], batch["attention_mask"], wta_k)
 
+    def use_onnx_runtime(self, enabled: bool = True, threads: int | None = None) -> None:
+        """Run the backbone through ONNX Runtime whenever no gradient is needed (inference encoding).
+
+        Same float32 graph (token states agree within ~1e-5), about 2x faster for short queries on a CPU.
+        The graph is exported from the current weights (~3 s) and re-exported if they change (training).
+        """
+        self._onnx_threads = threads
+        self._onnx = None
+        if enabled:
+            self._onnx = (OnnxBackbone(self.backbone, self.layers, threads), self._backbone_versions())
+
+    def _backbone_versions(self) -> tuple[int, ...]:
+        # In-place updates (optimizer steps, load_state_dict) bump a tensor's version counter.
+        return tuple(p._version for p in self.backbone.parameters())
+
+    def _backbone_runner(self) -> Callable[..., list[torch.Tensor]]:
+        if self._onnx is None or torch.is_grad_enabled():
+            return self.backbone
+        runner, versions = self._onnx
+        if versions != self._backbone_versions():
+            logger.info("backbone weights changed: exporting the ONNX graph again")
+            self.use_onnx_runtime(True, self._onnx_threads)
+            runner = self._onnx[0]
+        return runner
+
     def _encode_batch(self, input_ids, attention_mask, wta_k: int | None) -> list[torch.Tensor]:
-        states = self.backbone(input_ids, attention_mask, self.layers)
+        states = self._backbone_runner()(input_ids, attention_mask, self.layers)
         keep = attention_mask.bool()
         token_text = torch.nonzero(keep, as_tuple=True)[0]
         return self.pool_tokens([s[keep] for s in states], token_text, attention_mask.shape[0], wta_k)
