@@ -1,7 +1,14 @@
-"""Ranking comparisons shared by the SegmentedIndex tests."""
+"""Random documents and ranking comparisons shared by the SegmentedIndex tests."""
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
+
+from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
+from uhdsearch.sparse import SparseEncoding
+
+DIM, N_BUCKETS = 60, 2
+WEIGHTS = [1.0, 0.5]
 
 
 def ranking(index, queries, weights, scoring, k=10_000):
@@ -29,3 +36,34 @@ def assert_same_ranking(got, want, exact):
         assert g_scores.keys() == w_scores.keys()
         keys = list(w_scores)
         assert np.allclose([g_scores[d] for d in keys], [w_scores[d] for d in keys], rtol=1e-9, atol=0)
+
+
+def random_encoding(rng, n, dim=DIM, n_buckets=N_BUCKETS, density=0.15):
+    return SparseEncoding([sp.random(n, dim, density=density, format="csr", dtype=np.float32, random_state=rng,
+                                     data_rvs=lambda size: rng.uniform(0.01, 1, size)) for _ in range(n_buckets)])
+
+
+def live_ids(index):
+    return [d for d in index.doc_ids if d is not None]
+
+
+def assert_equals_fresh_build(index, expected, queries):
+    """`index` holds exactly the documents of `expected` (doc_id -> one-row encoding) and ranks like a fresh
+    build whose document order is the index's live order (the tie rule orders by doc number)."""
+    order = live_ids(index)
+    assert sorted(order) == sorted(expected)
+    assert index.n_documents == len(expected)
+    if not expected:
+        numbers, scores = index.search_encoded(queries, 5, WEIGHTS, "binary")
+        assert numbers.shape == (queries.n, 0)
+        return
+    klass = WeightedIndex if index.variant == "weighted" else BinaryIndex
+    fresh = klass.from_encoding(SparseEncoding.concat([expected[d] for d in order]), order, None)
+    for scoring in ("binary", "weighted") if index.variant == "weighted" else ("binary",):
+        got, want = ranking(index, queries, WEIGHTS, scoring), ranking(fresh, queries, WEIGHTS, scoring)
+        assert_same_ranking(got, want, exact=scoring == "binary")
+        assert any(want)
+        # A short head checks the merge of per-segment top-k lists, ties on the cut included.
+        assert ranking(index, queries, WEIGHTS, scoring, k=3) == [r[:3] for r in got]
+    for b in range(N_BUCKETS):
+        assert np.array_equal(index.document_frequencies(b), fresh.document_frequencies(b))

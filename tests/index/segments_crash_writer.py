@@ -1,5 +1,8 @@
 """Writer for the crash test: random adds, replaces, deletes, commits and merges on a SegmentedIndex until killed.
 
+Writers with an odd seed merge in the background: commit() starts merges, and "merge" starts one (or, while one
+runs, merges in the foreground, which discards it). A background merge changes no documents, so it is not logged.
+
 Log protocol, one JSON object per line, flushed at once (a kill may leave the last line incomplete):
     {"pending": true, "live": {...}, "next_id": n}        written just before commit() or merge() starts
     {"committed": generation, "live": {...}, "next_id": n}  written just after it returns
@@ -55,7 +58,8 @@ def logged_states(path: Path) -> tuple[dict[int, dict], dict | None]:
 
 def run_writer(index_dir: str, log_path: str, seed: int, on_ready: Callable[[], object]) -> None:
     """Change the index forever (the test kills it); `on_ready` is called once the writer holds the lock."""
-    index = SegmentedIndex.open(index_dir, writable=True, max_segments=4)
+    background = seed % 2 == 1
+    index = SegmentedIndex.open(index_dir, writable=True, max_segments=4, background_merges=background)
     by_generation, _ = logged_states(Path(log_path))
     committed = by_generation[index.generation]
     live: dict[str, int] = dict(committed["live"])
@@ -81,6 +85,8 @@ def run_writer(index_dir: str, log_path: str, seed: int, on_ready: Callable[[], 
                 index.delete(ids)
                 for d in ids:
                     del live[d]
+            elif op == "merge" and background and index.background_merge is None:
+                index.merge_in_background(max_segments=int(rng.integers(1, 3)))
             elif op in ("commit", "merge"):
                 state = {"live": live, "next_id": next_id}
                 log.write(json.dumps({"pending": True, **state}) + "\n")
@@ -127,5 +133,9 @@ def _warm_up(directory: Path) -> None:
     index.delete(["d2"])
     index.commit()
     index.merge()
+    index.add(document_vectors([("d3", 0)]), ["d3"])
+    index.commit()
+    index.merge_in_background().wait()
+    index.commit()
     index.close()
     SegmentedIndex.open(directory / "warm", writable=True).close()

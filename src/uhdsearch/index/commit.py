@@ -16,7 +16,7 @@ import re
 import shutil
 import warnings
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,14 +146,30 @@ def read_deletions(path: Path, n_documents: int, digest: str) -> np.ndarray:
     return np.unpackbits(packed, count=n_documents).astype(np.bool_)
 
 
-def leftovers(directory: Path, keep: set[str]) -> list[Path]:
-    """Our own files and directories in `directory` that no kept commit names (never foreign files)."""
+def leftovers(directory: Path, keep: set[str], being_written: Collection[str] = ()) -> list[Path]:
+    """Our own files and directories in `directory` that no kept commit names (never foreign files).
+
+    Segments named in `being_written` (a background merge's output) are spared, temporary directories included.
+    """
     out = []
     for p in directory.iterdir():
         ours = any(r.fullmatch(p.name) for r in (_COMMIT, _SEGMENT, _DELETIONS, _TEMPORARY))
-        if ours and p.name not in keep:
+        if ours and p.name not in keep and _segment_on_disk(p.name) not in being_written:
             out.append(p)
     return out
+
+
+def segment_paths(directory: Path, names: Collection[str]) -> list[Path]:
+    """The directories of these segments in `directory`, and the temporary ones they are being written through."""
+    return [p for p in directory.iterdir() if _segment_on_disk(p.name) in names]
+
+
+def _segment_on_disk(name: str) -> str | None:
+    """The segment a directory entry is or becomes: "seg_7" for seg_7 and for .seg_7.tmp-x1y2."""
+    if _SEGMENT.fullmatch(name):
+        return name
+    temporary = _TEMPORARY.fullmatch(name)
+    return temporary.group(1) if temporary and _SEGMENT.fullmatch(temporary.group(1)) else None
 
 
 def fsync_file(path: Path) -> None:

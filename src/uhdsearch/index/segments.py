@@ -22,6 +22,7 @@ from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexForma
 from uhdsearch.index import commit as cp
 from uhdsearch.index import format as fmt
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex, check_search_args
+from uhdsearch.index.merges import BackgroundMerge, choose_groups, live_documents
 from uhdsearch.sparse import SparseEncoding
 
 logger = logging.getLogger(__name__)
@@ -38,17 +39,20 @@ class SegmentedIndex:
         >>> # index = SegmentedIndex.create("indexes/live", "binary", dim=32768, n_buckets=1)
         >>> # index.add(model.encode_document(texts), doc_ids); index.commit()
         >>> # index.delete(["d7"]); index.commit(); index.merge()
+        >>> # merge = index.merge_in_background(); index.add(...); merge.wait(); index.commit()
     """
 
     def __init__(
         self, directory: Path, body: dict[str, Any], segments: list[cp.Segment], lock: cp.WriteLock | None,
-        max_segments: int | None,
+        max_segments: int | None, background_merges: bool = False,
     ) -> None:
         self.path = directory
         self._body = body
         self._segments = segments
         self._lock = lock
         self.max_segments = _check_max_segments(max_segments, "max_segments", allow_none=True)
+        self.background_merges = bool(background_merges)
+        self._background: BackgroundMerge | None = None
         self._next_segment = max(body["next_segment"], cp.max_segment_number(directory) + 1)
         self._chunks: list[SparseEncoding] = []  # uncommitted additions ...
         self._buffer: dict[str, tuple[int, int]] = {}  # ... doc_id -> (chunk, row), in insertion order
@@ -62,13 +66,14 @@ class SegmentedIndex:
     @classmethod
     def create(
         cls, path: str | os.PathLike, variant: fmt.Variant, dim: int, n_buckets: int,
-        encoder_digest: str | None = None, max_segments: int | None = None,
+        encoder_digest: str | None = None, max_segments: int | None = None, background_merges: bool = False,
     ) -> SegmentedIndex:
         """Make an empty index (generation 1) and return it open for writing.
 
         Args:
             variant: "binary" or "weighted" (posting weights stored).
             max_segments: when set, `commit` merges as soon as there are more segments than this.
+            background_merges: that merge runs in the background (`merge_in_background`) instead of blocking.
         Raises:
             FileExistsError: `path` exists and is not empty.
             ValueError: bad variant, dim or n_buckets.
@@ -91,12 +96,12 @@ class SegmentedIndex:
         except BaseException:
             lock.release()
             raise
-        return cls(directory, body, [], lock, max_segments)
+        return cls(directory, body, [], lock, max_segments, background_merges)
 
     @classmethod
     def open(
         cls, path: str | os.PathLike, writable: bool = False, mmap: bool | None = None, verify: bool | None = None,
-        max_segments: int | None = None,
+        max_segments: int | None = None, background_merges: bool = False,
     ) -> SegmentedIndex:
         """Open the newest commit that validates (falling back to an older one with a warning).
 
@@ -104,6 +109,7 @@ class SegmentedIndex:
             writable: take the single-writer lock so that add/delete/commit/merge are allowed.
             mmap, verify: passed to `InvertedIndex.load` for every segment.
             max_segments: when set, `commit` merges as soon as there are more segments than this.
+            background_merges: that merge runs in the background (`merge_in_background`) instead of blocking.
         Raises:
             FileNotFoundError: no such directory.
             IndexFormatError: no commit, or none whose files are all present and pass their checksums.
@@ -121,7 +127,7 @@ class SegmentedIndex:
             if lock is not None:
                 lock.release()
             raise
-        index = cls(directory, body, segments, lock, max_segments)
+        index = cls(directory, body, segments, lock, max_segments, background_merges)
         index._load_options = (mmap, verify)
         return index
 
@@ -139,8 +145,14 @@ class SegmentedIndex:
         return index
 
     def close(self) -> None:
-        """Release the write lock; uncommitted changes are discarded with a warning."""
+        """Release the write lock; uncommitted changes are discarded with a warning.
+
+        A background merge not yet swapped in is cancelled (after the step it is in) and its files removed.
+        """
         if self._lock is not None:
+            if self._background is not None:
+                self._background.cancel(self.path)
+                self._background = None
             if self._pending:
                 warnings.warn(f"closing {self.path} discards uncommitted changes; call commit() first",
                               stacklevel=2)
@@ -178,6 +190,11 @@ class SegmentedIndex:
     @property
     def n_segments(self) -> int:
         return len(self._segments)
+
+    @property
+    def background_merge(self) -> BackgroundMerge | None:
+        """The background merge not yet swapped in by a commit (running or finished), or None."""
+        return self._background
 
     @property
     def n_documents(self) -> int:
@@ -264,12 +281,18 @@ class SegmentedIndex:
         """Make every change durable and visible to new readers; returns the new generation.
 
         Writes the added documents as a new segment and changed deletions as new files, fsyncs them, then
-        writes commit_<generation>.json atomically. Merges first when there are more than `max_segments`.
+        writes commit_<generation>.json atomically. A finished background merge is swapped in first. With more
+        than `max_segments` segments, merges them (or starts a background merge if `background_merges` is set and
+        none is under way).
         """
         self._check_writable()
         self._flush()
+        self._swap_in_finished_merge()
         if self.max_segments is not None and len(self._segments) > self.max_segments:
-            self._merge(self.max_segments)
+            if not self.background_merges:
+                self._merge(self.max_segments)
+            elif self._background is None:
+                self._start_background_merge(self.max_segments)
         return self._write_commit()
 
     def merge(self, max_segments: int = 1) -> int:
@@ -282,8 +305,33 @@ class SegmentedIndex:
         self._check_writable()
         max_segments = _check_max_segments(max_segments, "max_segments", allow_none=False)
         self._flush()
+        self._swap_in_finished_merge()  # one still running is discarded if this merge takes its segments
         self._merge(max_segments)
         return self._write_commit()
+
+    def merge_in_background(self, max_segments: int = 1) -> BackgroundMerge:
+        """Start merging segments in a worker thread while this writer goes on adding, deleting and committing.
+
+        The segments are chosen now, by `merge`'s rule, among those already written (committed or flushed by a
+        commit); additions since the last commit are not included. The first `commit()` after the merge finishes
+        swaps it in, carrying over deletions made to its segments meanwhile; `merge.wait()` then `commit()` to
+        be sure. If a source segment is gone by then (fully deleted, or merged by `merge`), the result is
+        discarded and removed. One background merge at a time; `close()` cancels one not yet swapped in.
+
+        Returns:
+            the merge: `state`, `sources`, `merged`, `wait(timeout)`; state "applied" at once if there was
+            nothing to merge.
+        Raises:
+            RuntimeError: a background merge is already under way.
+        Example:
+            >>> # merge = index.merge_in_background(); index.delete(["d7"]); merge.wait(); index.commit()
+        """
+        self._check_writable()
+        max_segments = _check_max_segments(max_segments, "max_segments", allow_none=False)
+        if self._background is not None:
+            raise RuntimeError(f"{self._background!r} is still under way; call its wait() and then commit() "
+                               "before starting another")
+        return self._start_background_merge(max_segments)
 
     # ------------------------------------------------------------------ search
     def search_encoded(
@@ -410,28 +458,40 @@ class SegmentedIndex:
 
     def _merge(self, max_segments: int) -> None:
         segments = [s for s in self._segments if s.n_live > 0]
-        if len(segments) > max_segments:
-            width = len(segments) - max_segments + 1
-            live = np.array([s.n_live for s in segments])
-            costs = np.convolve(live, np.ones(width, np.int64), mode="valid")  # live docs per window
-            start = int(np.argmin(costs))
-            groups = [list(range(start, start + width))]
-        else:
-            groups = [[i] for i, s in enumerate(segments) if s.n_deleted]
         replaced: dict[int, cp.Segment | None] = {}
-        for group in groups:
-            encodings, ids = [], []
-            for s in (segments[i] for i in group):
-                rows = np.flatnonzero(~s.deleted)
-                encodings.append(s.index.document_vectors()[rows])
-                ids.extend(s.index.doc_ids[r] for r in rows)
-            merged = self._new_segment(SparseEncoding.concat(encodings), ids)
+        for group in choose_groups(segments, max_segments):
+            sources = [segments[i] for i in group]
+            merged = self._new_segment(*live_documents(sources, [s.deleted for s in sources]))
             replaced.update({i: None for i in group})
             replaced[group[0]] = merged
         self._segments = [replaced.get(i, s) for i, s in enumerate(segments)]
         self._segments = [s for s in self._segments if s is not None]
         self._where = None
         self._changed()
+
+    def _start_background_merge(self, max_segments: int) -> BackgroundMerge:
+        segments = [s for s in self._segments if s.n_live > 0]
+        groups = [[segments[i] for i in group] for group in choose_groups(segments, max_segments)]
+        names = [cp.segment_name(self._next_segment + i) for i in range(len(groups))]
+        self._next_segment += len(groups)  # reserved now: no flush or merge may write under these names
+        merge = BackgroundMerge(self.path, groups, names, _index_class(self.variant), self.encoder_digest)
+        if groups:
+            self._background = merge
+        return merge
+
+    def _swap_in_finished_merge(self) -> None:
+        merge = self._background
+        if merge is None or not merge.done():
+            return
+        self._background = None  # from here on its files are ordinary leftovers unless a commit names them
+        swapped = merge.swap_into(self._segments)
+        if merge.state == "failed":
+            warnings.warn(f"the background merge of {', '.join(merge.sources)} failed ({merge.error!r}); it was "
+                          "discarded and the index is unchanged", stacklevel=3)
+        if swapped is not None:
+            self._segments = swapped
+            self._where = None
+            self._changed()
 
     def _write_commit(self) -> int:
         # Never reuse a generation on disk, not even that of a corrupt commit file.
@@ -462,7 +522,8 @@ class SegmentedIndex:
         self._changed()
         self._pending = False
         keep = cp.referenced_files(body) | cp.referenced_files(previous)
-        cp.remove(cp.leftovers(self.path, keep))
+        being_written = self._background.merged if self._background is not None else ()
+        cp.remove(cp.leftovers(self.path, keep, being_written))
         return generation
 
 
