@@ -55,3 +55,13 @@ def test_training_passes_still_use_torch_and_get_gradients(tiny_encoder):
     vectors[0].sum().backward()
     grads = [p.grad for p in tiny_encoder.backbone.model.encoder.parameters()]
     assert any(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_a_deep_copy_drops_the_session_and_still_encodes(tiny_encoder):
+    import copy
+
+    tiny_encoder.use_onnx_runtime(threads=1)
+    twin = copy.deepcopy(tiny_encoder)
+    assert twin._onnx is None and tiny_encoder._onnx is not None
+    a, b = tiny_encoder.encode_query(TEXTS[:2]), twin.encode_query(TEXTS[:2])
+    assert all(np.array_equal(x.indices, y.indices) for x, y in zip(a.buckets, b.buckets))

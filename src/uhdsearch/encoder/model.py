@@ -81,6 +81,10 @@ class UHDEncoder(nn.Module):
         if enabled:
             self._onnx = (OnnxBackbone(self.backbone, self.layers, threads), self._backbone_versions())
 
+    def __getstate__(self) -> dict:
+        # An ONNX Runtime session cannot be copied: a deep copy runs on PyTorch until enabled again.
+        return {**super().__getstate__(), "_onnx": None}
+
     def _backbone_versions(self) -> tuple[int, ...]:
         # In-place updates (optimizer steps, load_state_dict) bump a tensor's version counter.
         return tuple(p._version for p in self.backbone.parameters())
