@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
 _LOG_2PI = math.log(2 * math.pi)
+_DEAD = 1e-4  # a feature whose std is below this fraction of the largest std is treated as constant
 
 
 def _mlp(n_in: int, n_out: int, hidden: int, n_layers: int) -> nn.Sequential:
@@ -70,7 +71,9 @@ class Flow(nn.Module, abc.ABC):
         """Maximum-likelihood training on the rows of X (no labels).
 
         Jung et al. train with learning rate 1e-4 for 3-10 epochs on far more data; on a few thousand vectors
-        1e-3 converges in a few epochs.
+        1e-3 converges in a few epochs (token-wise NICE on 50,000 MiniLM tokens of SciFact, 3 epochs: held-out
+        log-likelihood 94.6 nats with 1e-3, 17.8 with 1e-4). A fit whose last log-likelihood is below its first
+        logs a warning.
 
         Returns:
             mean log-likelihood per row (nats) on X before training and after each epoch.
@@ -98,6 +101,9 @@ class Flow(nn.Module, abc.ABC):
                 nn.utils.clip_grad_norm_(self.parameters(), 1.0)
                 optimizer.step()
             history.append(self.mean_log_likelihood(X))
+        if history[-1] < history[0]:
+            logger.warning("%s training lowered the mean log-likelihood from %.1f to %.1f nats: it diverged; "
+                           "lower learning_rate=%g", type(self).__name__, history[0], history[-1], learning_rate)
         self.eval()
         return history
 
@@ -145,17 +151,51 @@ class _Affine(nn.Module):
         return y * (-self.log_scale).exp() - self.bias
 
 
+class _Standardize(nn.Module):
+    """Fixed per-feature y = (x - mean) / std from the fit data: preprocessing, not trained (a buffer).
+
+    Features whose spread is below `_DEAD` of the largest one are numerically constant (all-MiniLM-L6-v2's last
+    layer has three such features: LayerNorm gains of 5e-33): their std is floored there, so they map to ~0
+    instead of being multiplied by 1e6 or more.
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("log_std", torch.zeros(dim))
+
+    def initialize(self, x: torch.Tensor) -> None:
+        std = x.std(dim=0)
+        self.mean.copy_(x.mean(dim=0))
+        self.log_std.copy_(torch.log(std.clamp_min(max(_DEAD * float(std.max()), 1e-30))))
+
+    def forward(self, x):
+        return (x - self.mean) * (-self.log_std).exp(), (-self.log_std.sum()).expand(x.shape[0])
+
+    def inverse(self, y):
+        return y * self.log_std.exp() + self.mean
+
+
 class NICE(Flow):
     """NICE (Dinh et al. 2014): additive coupling layers over alternating feature halves, then a diagonal scaling.
 
-    Jung et al. use a five-layer network of 1000 units per coupling; that is the default here. The final
-    scaling also has a shift and is data-initialised to standardize (our addition, for fast convergence).
+    Jung et al. use a five-layer network of 1000 units per coupling; that is the default here. The input is
+    first standardized per feature with statistics of the fit data (fixed, like Dinh et al.'s preprocessing
+    of their image data; its constant log-det is part of the likelihood). The final scaling, NICE's
+    diagonal S with a shift added, starts as the identity and is trained.
+
+    Why the standardization comes first: additive couplings are volume-preserving, so only the final scaling
+    can fix each feature's spread. Data-initialising that scaling to unit variance gives a feature that is
+    constant in the data (a dead backbone unit) a gain of 1e6, and every coupling's output on that feature
+    is multiplied by it: after one optimizer step it dominates z, the log-likelihood falls from -19 to
+    -380,000 nats and cosine ranking with token-wise NICE collapses (SciFact sum-of-max+nice: 0.19 nDCG@10).
     """
 
     def __init__(self, dim: int, n_couplings: int = 4, hidden: int = 1000, n_layers: int = 5, seed: int = 0) -> None:
         super().__init__(dim)
         torch.manual_seed(seed)
         self.half = dim // 2
+        self.standardize = _Standardize(dim)
         self.couplings = nn.ModuleList(
             _mlp(self.half if i % 2 == 0 else dim - self.half, dim - self.half if i % 2 == 0 else self.half,
                  hidden, n_layers) for i in range(n_couplings))
@@ -168,25 +208,24 @@ class NICE(Flow):
     def _join(self, cond, upd, i):
         return torch.cat([cond, upd], dim=1) if i % 2 == 0 else torch.cat([upd, cond], dim=1)
 
-    def _couple(self, x):
-        for i, net in enumerate(self.couplings):
-            cond, upd = self._parts(x, i)
-            x = self._join(cond, upd + net(cond), i)
-        return x
-
     def initialize(self, x):
-        self.scaling.initialize(self._couple(x))
+        self.standardize.initialize(x)
         super().initialize(x)
 
     def forward(self, x):
-        return self.scaling(self._couple(x))  # additive couplings have log-det 0
+        x, logdet = self.standardize(x)
+        for i, net in enumerate(self.couplings):  # additive couplings have log-det 0
+            cond, upd = self._parts(x, i)
+            x = self._join(cond, upd + net(cond), i)
+        z, scaling_logdet = self.scaling(x)
+        return z, logdet + scaling_logdet
 
     def inverse(self, z):
         x = self.scaling.inverse(z)
         for i in reversed(range(len(self.couplings))):
             cond, upd = self._parts(x, i)
             x = self._join(cond, upd - self.couplings[i](cond), i)
-        return x
+        return self.standardize.inverse(x)
 
 
 class _InvertibleLinear(nn.Module):
