@@ -5,7 +5,9 @@ Writes benchmarks/results/baselines_<dataset>.json (see uhdsearch.comparison.run
     .venv/bin/python benchmarks/baselines.py                                   # bundled SciFact, every system
     .venv/bin/python benchmarks/baselines.py --fast --systems bm25,bm25-uni,bm25-bi,splade-tiny,dense,\
         uhd-binary,uhd-weighted,hybrid-uhd-bm25,hybrid-dense-bm25,rrf-uhd-bm25
-    .venv/bin/python benchmarks/baselines.py --data ../shared/data/cisi --train-data src/uhdsearch/data/scifact
+    .venv/bin/python benchmarks/baselines.py --data ../shared/data/cisi --train-data src/uhdsearch/data/scifact \
+        --systems bm25,dense,dense+whiten-seq,dense+whiten-tok,de-256,uhd-binary,uhd-binary+whiten
+        (out of domain: everything trained and fit on SciFact; writes results/baselines_cisi_from_scifact.json)
 """
 from __future__ import annotations
 

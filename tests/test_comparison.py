@@ -1,11 +1,21 @@
-"""The comparison library: registry, shared work, memoized runs, UHD in and out of domain, numbers vs evaluate."""
+"""The comparison library: registry, shared work, memoized runs, UHD and the dense family in and out of domain,
+numbers vs evaluate."""
 from __future__ import annotations
 
+import functools
+import json
 import shutil
+from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
+from uhdsearch.baselines.dense_systems import build_de, build_system
+from uhdsearch.baselines.dual_encoder import embed_states
+from uhdsearch.baselines.whitening import Whitening
 from uhdsearch.comparison import SYSTEMS, CachedRetriever, register, resolve_systems, run_comparison
+from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.quickstart import Recipe
 from uhdsearch.types import Run, ScoredDoc
@@ -86,3 +96,136 @@ def test_out_of_domain_trains_on_the_other_collection(tmp_path, scifact_mini_dir
     assert config["hybrids"]["hybrid-uhd-bm25"]["weight"] == 0.5  # nothing to tune on without a train split
     with pytest.raises(FileExistsError, match="already exists"):
         run_comparison(target, "bm25", out_path=target / "corpus.jsonl")
+
+
+# ------------------------------------------------------------------ out of domain: learn on the source only
+def _split(mini, out):
+    """Two disjoint collections cut from scifact-mini: a target (test-judged documents, 100 unjudged ones, test
+    qrels) and a source (every other document, train qrels), lines copied byte for byte."""
+    lines = (mini / "corpus.jsonl").read_text().splitlines(keepends=True)
+    doc_ids = [json.loads(line)["_id"] for line in lines]
+    qrels = {s: (mini / "qrels" / f"{s}.tsv").read_text().splitlines(keepends=True) for s in ("test", "train")}
+    judged = {s: {row.split("\t")[1] for row in rows[1:]} for s, rows in qrels.items()}
+    unjudged = [d for d in doc_ids if d not in judged["test"] | judged["train"]]
+    target = (judged["test"] - judged["train"]) | set(unjudged[:100])
+    for name, split, keep in (("target", "test", target), ("source", "train", set(doc_ids) - target)):
+        (out / name / "qrels").mkdir(parents=True)
+        (out / name / "corpus.jsonl").write_text("".join(x for x, d in zip(lines, doc_ids) if d in keep))
+        rows = [r for r in qrels[split][1:] if r.split("\t")[1] in keep]
+        (out / name / "qrels" / f"{split}.tsv").write_text(qrels[split][0] + "".join(rows))
+        shutil.copy(mini / "queries.jsonl", out / name / "queries.jsonl")
+    return out / "target", out / "source"
+
+
+FITTED = "dense+whiten-seq,dense+whiten-tok,uhd-binary+whiten,de-32"
+
+
+@pytest.fixture(scope="module")
+def collections(tmp_path_factory, scifact_mini_dir):
+    return _split(scifact_mini_dir, tmp_path_factory.mktemp("collections"))
+
+
+@pytest.fixture(scope="module")
+def out_of_domain(collections, tiny_backbone_dir):
+    target, source = collections
+    return run_comparison(target, FITTED, train_data_dir=source, backbone=tiny_backbone_dir, max_length=64,
+                          show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def dense_backbone(tiny_backbone_dir):
+    from uhdsearch.encoder.backbone import Backbone
+
+    return Backbone.from_pretrained(tiny_backbone_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_states(dense_backbone):
+    """Documents of a collection, their last-layer states (max_length 64) and mean-pooled vectors."""
+    from uhdsearch.baselines.dual_encoder import mean_tokens
+    from uhdsearch.encoder.states import compute_token_states
+
+    @functools.cache
+    def states(data_dir, split):
+        documents = list(load_beir(data_dir, split).corpus.values())
+        last = dense_backbone.n_layers
+        computed = compute_token_states(dense_backbone, [d.full_text for d in documents], [last], 64,
+                                        show_progress=False)
+        return documents, computed, torch.from_numpy(embed_states(mean_tokens, computed, last))
+
+    return states
+
+
+def _unit(x):
+    return torch.nn.functional.normalize(torch.as_tensor(x), dim=1)
+
+
+def test_out_of_domain_fits_whitening_on_the_source_corpus(out_of_domain, collections, tiny_states, dense_backbone):
+    target, source = collections
+    _, target_states, target_pooled = tiny_states(target, "test")
+    source_documents, source_states, source_pooled = tiny_states(source, "train")
+    assert not {d.doc_id for d in source_documents} & set(load_beir(target, "test").corpus)
+    last = dense_backbone.n_layers
+    target_tokens, source_tokens = target_states.layer(last).float(), source_states.layer(last).float()
+    systems = {n: s.retriever for n, s in out_of_domain.systems.items()}
+
+    # Sequence-wise: documents of the target through a whitening of the source's mean-pooled vectors.
+    from_source = _unit(Whitening.fit(source_pooled).transform(target_pooled))
+    from_target = _unit(Whitening.fit(target_pooled).transform(target_pooled))
+    entries = torch.from_numpy(systems["dense+whiten-seq"].entries)
+    assert torch.allclose(entries, from_source, atol=1e-4)
+    assert (entries - from_target).abs().max() > 0.1  # fitting on the target would fail the line above
+
+    # Token-wise: target tokens whitened with the source tokens' statistics, then mean-pooled.
+    owner = torch.from_numpy(np.repeat(np.arange(target_states.n), np.diff(target_states.offsets)))
+    for fit_tokens, close in ((source_tokens, True), (target_tokens, False)):
+        whitened = Whitening.fit(fit_tokens).transform(target_tokens)
+        expected = _unit(torch.zeros(target_states.n, whitened.shape[1]).index_add_(0, owner, whitened))
+        assert torch.allclose(torch.from_numpy(systems["dense+whiten-tok"].entries), expected, atol=1e-4) is close
+
+    # UHD over whitened states: the whitening's mean is the source tokens' mean, not the target's.
+    whitening = systems["uhd-binary+whiten"].encoder.state_transforms[last].__self__
+    assert np.allclose(whitening.mean, source_tokens.mean(0).numpy(), atol=1e-4)
+    assert np.abs(whitening.mean - target_tokens.mean(0).numpy()).max() > 0.01
+
+    notes = out_of_domain.results["config"]["dense_family"]
+    n_source = len(source_documents)
+    for name in ("dense+whiten-seq", "dense+whiten-tok", "uhd-binary+whiten"):
+        assert notes[name] == {"fit_on": f"source (source corpus, {n_source:,} documents)"}
+    assert out_of_domain.results["shared_seconds"].keys() >= {"backbone-states[2]", "source-states[2]"}
+
+
+def test_out_of_domain_trains_de_on_the_source_train_split(out_of_domain, collections, tiny_states, dense_backbone):
+    target, source = collections
+    source_data = load_beir(source, "train")
+    _, target_states, _ = tiny_states(target, "test")
+    source_documents, source_states, _ = tiny_states(source, "train")
+    de = out_of_domain.systems["de-32"].retriever
+    expected = build_de(source_documents, source_data.queries, source_data.qrels, dense_backbone, source_states,
+                        max_length=64, dim=32).embed_query
+    for name, weights in expected.state_dict().items():
+        assert torch.equal(de.embed_query.state_dict()[name], weights), name
+    assert de.doc_ids == list(load_beir(target, "test").corpus)
+    assert np.allclose(de.entries, embed_states(expected, target_states, dense_backbone.n_layers), atol=1e-5)
+    assert out_of_domain.results["config"]["dense_family"]["de-32"] == {
+        "trained_on": f"source/train qrels + ICT pairs of source (source corpus, {len(source_documents):,} documents)"}
+
+
+def test_in_domain_dense_family_is_fit_and_trained_on_the_evaluated_corpus(mini_data, tiny_backbone_dir,
+                                                                           dense_backbone, tiny_states):
+    """In domain nothing changes: the numbers equal the builders run on the corpus's own states and train split."""
+    _, dense_states, _ = tiny_states(Path("tests/data/scifact-mini"), "test")
+    names = ["dense+whiten-seq", "dense+whiten-tok", "de-32"]
+    report = run_comparison("tests/data/scifact-mini", names, backbone=tiny_backbone_dir, max_length=64,
+                            show_progress=False)
+    train = load_beir("tests/data/scifact-mini", "train")
+    for name in names:
+        system = build_system(name, mini_data.corpus, train.queries, train.qrels, dense_backbone, dense_states,
+                              max_length=64)
+        expected = evaluate(system.search(mini_data.queries, 1000), mini_data.qrels)
+        assert report.results["systems"][name] == pytest.approx({m: round(v, 4) for m, v in expected.items()},
+                                                                abs=1e-9), name
+    notes = report.results["config"]["dense_family"]
+    assert notes["dense+whiten-tok"] == {"fit_on": "scifact-mini (evaluated corpus, 400 documents)"}
+    assert notes["de-32"] == {"trained_on": "scifact-mini/train qrels + ICT pairs of scifact-mini (evaluated corpus, "
+                                            "400 documents)"}

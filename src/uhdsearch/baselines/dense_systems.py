@@ -14,6 +14,8 @@ layer; other layers are ignored) so the backbone runs over the corpus once for a
 
 Trained systems (de-*, me-*) keep the backbone frozen and train the head on cached states (CPU budget).
 Flows are fit sequence-wise (on mean-pooled document vectors) unless mode="token".
+Unsupervised post-processing (whitening, flows, UHD centering) is fit on `states` unless `fit_states` is given:
+out of domain, Jung et al. Table 3 fit it on the source collection and apply it to the target.
 """
 from __future__ import annotations
 
@@ -66,20 +68,27 @@ def build_dense(corpus, queries_train=None, qrels_train=None, backbone_dir: Back
 
 def build_dense_whiten_seq(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
                            states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
-                           dim: int | None = None) -> DualEncoder:
-    """`dense+whiten-seq`: whitening fit on the corpus's mean-pooled vectors (sequence-wise), then cosine."""
+                           dim: int | None = None, fit_states: TokenStates | None = None) -> DualEncoder:
+    """`dense+whiten-seq`: whitening fit on mean-pooled vectors (sequence-wise), then cosine.
+
+    The whitening is fit on `fit_states` (e.g. another collection's documents) if given, else on the corpus.
+    """
     backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
-    whitening = Whitening.fit(_pooled_vectors(states, backbone.n_layers), dim)
+    whitening = Whitening.fit(_pooled_vectors(_fit(states, fit_states), backbone.n_layers), dim)
     return _pooled(documents, backbone, states, max_length, show_progress, None, whitening.transform,
                    "dense+whiten-seq")
 
 
 def build_dense_whiten_tok(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
                            states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
-                           dim: int | None = None, fit_tokens: int | None = 500_000) -> DualEncoder:
-    """`dense+whiten-tok`: whitening fit on (a sample of) the corpus's token states, applied before pooling."""
+                           dim: int | None = None, fit_tokens: int | None = 500_000,
+                           fit_states: TokenStates | None = None) -> DualEncoder:
+    """`dense+whiten-tok`: whitening fit on (a sample of) token states, applied before pooling.
+
+    The whitening is fit on `fit_states` (e.g. another collection's documents) if given, else on the corpus.
+    """
     backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
-    whitening = Whitening.fit(sample_tokens(states.layer(backbone.n_layers), fit_tokens), dim)
+    whitening = Whitening.fit(sample_tokens(_fit(states, fit_states).layer(backbone.n_layers), fit_tokens), dim)
     return _pooled(documents, backbone, states, max_length, show_progress, whitening.transform, None,
                    "dense+whiten-tok")
 
@@ -103,15 +112,15 @@ def fit_flow(kind: Literal["nice", "glow"], X: torch.Tensor, mode: Mode = "seque
 
 
 def _build_dense_flow(kind, corpus, backbone_dir, states, max_length, show_progress, mode: Mode, epochs,
-                      fit_tokens, flow_options) -> DualEncoder:
+                      fit_tokens, flow_options, fit_states: TokenStates | None = None) -> DualEncoder:
     backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
-    last = backbone.n_layers
+    last, fit = backbone.n_layers, _fit(states, fit_states)
     if mode == "sequence":
-        flow, history = fit_flow(kind, _pooled_vectors(states, last), "sequence", epochs, show_progress=show_progress,
+        flow, history = fit_flow(kind, _pooled_vectors(fit, last), "sequence", epochs, show_progress=show_progress,
                                  **(flow_options or {}))
         token_transform, sequence_transform = None, flow.transform
     elif mode == "token":
-        flow, history = fit_flow(kind, sample_tokens(states.layer(last), fit_tokens), "token", epochs,
+        flow, history = fit_flow(kind, sample_tokens(fit.layer(last), fit_tokens), "token", epochs,
                                  show_progress=show_progress, **(flow_options or {}))
         token_transform, sequence_transform = flow.transform, None
     else:
@@ -124,19 +133,27 @@ def _build_dense_flow(kind, corpus, backbone_dir, states, max_length, show_progr
 def build_dense_nice(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
                      states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
                      mode: Mode = "sequence", epochs: int | None = None, fit_tokens: int = 50_000,
-                     flow_options: Mapping[str, Any] | None = None) -> DualEncoder:
-    """`dense+nice`: a NICE flow on the backbone's mean-pooled vectors (sequence-wise by default), then cosine."""
+                     flow_options: Mapping[str, Any] | None = None,
+                     fit_states: TokenStates | None = None) -> DualEncoder:
+    """`dense+nice`: a NICE flow on the backbone's mean-pooled vectors (sequence-wise by default), then cosine.
+
+    The flow is fit on `fit_states` (e.g. another collection's documents) if given, else on the corpus.
+    """
     return _build_dense_flow("nice", corpus, backbone_dir, states, max_length, show_progress, mode, epochs, fit_tokens,
-                             flow_options)
+                             flow_options, fit_states)
 
 
 def build_dense_glow(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
                      states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
                      mode: Mode = "sequence", epochs: int | None = None, fit_tokens: int = 50_000,
-                     flow_options: Mapping[str, Any] | None = None) -> DualEncoder:
-    """`dense+glow`: a Glow flow on the backbone's mean-pooled vectors (sequence-wise by default), then cosine."""
+                     flow_options: Mapping[str, Any] | None = None,
+                     fit_states: TokenStates | None = None) -> DualEncoder:
+    """`dense+glow`: a Glow flow on the backbone's mean-pooled vectors (sequence-wise by default), then cosine.
+
+    The flow is fit on `fit_states` (e.g. another collection's documents) if given, else on the corpus.
+    """
     return _build_dense_flow("glow", corpus, backbone_dir, states, max_length, show_progress, mode, epochs, fit_tokens,
-                             flow_options)
+                             flow_options, fit_states)
 
 
 # ------------------------------------------------------------------ trained DE-k and ME-m
@@ -218,12 +235,13 @@ def build_sum_of_max(corpus, queries_train=None, qrels_train=None, backbone_dir:
 def build_uhd_binary(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
                      states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
                      whiten: bool = False, dim: int = 32_768, wta_k: int = 40, seed: int = 0,
-                     wta_dtype: Literal["bfloat16", "float32"] = "bfloat16"):
+                     wta_dtype: Literal["bfloat16", "float32"] = "bfloat16", fit_states: TokenStates | None = None):
     """`uhd-binary` / `uhd-binary+whiten`: the quickstart's untrained, centered WTA head on the last layer.
 
     With whiten=True the last-layer token states are whitened (fit on the corpus tokens) before the WTA
     layer, for queries and documents alike (UHDEncoder.state_transforms). The quickstart's dev early stopping
-    keeps this untrained head, so the pair isolates the effect of whitening.
+    keeps this untrained head, so the pair isolates the effect of whitening. Whitening and centering are fit
+    on `fit_states` (e.g. another collection's documents) if given, else on the corpus.
     Returns a Searcher over a binary index held in memory.
     """
     from uhdsearch.encoder.config import EncoderConfig
@@ -235,10 +253,10 @@ def build_uhd_binary(corpus, queries_train=None, qrels_train=None, backbone_dir:
     config = EncoderConfig(dim=dim, wta_k=wta_k, query_k=None, bucket_layers=(-1,), document_max_length=max_length,
                            seed=seed, wta_dtype=wta_dtype)
     model = UHDEncoder(backbone, config)
-    last = backbone.n_layers
+    last, fit = backbone.n_layers, _fit(states, fit_states)
     if whiten:
-        model.state_transforms[last] = Whitening.fit(sample_tokens(states.layer(last), 500_000)).transform
-    model.center_buckets(states)
+        model.state_transforms[last] = Whitening.fit(sample_tokens(fit.layer(last), 500_000)).transform
+    model.center_buckets(fit)
     model.eval()
     encoded = model.encode_states(states, "document", show_progress=show_progress)
     index = BinaryIndex.from_encoding(encoded, [d.doc_id for d in documents], None, model.digest())
@@ -336,6 +354,11 @@ def _setup(corpus, backbone_dir, states, max_length, show_progress):
     backbone = _backbone(backbone_dir)
     documents = _documents(corpus)
     return backbone, documents, _document_states(backbone, documents, states, max_length, show_progress)
+
+
+def _fit(states: TokenStates, fit_states: TokenStates | None) -> TokenStates:
+    """The states a transform is fit on: `fit_states` if given, else the corpus's own."""
+    return states if fit_states is None else fit_states
 
 
 def _pooled_vectors(states: TokenStates, layer: int) -> torch.Tensor:

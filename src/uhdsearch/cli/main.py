@@ -194,7 +194,8 @@ def evaluate(
 def compare_systems(
     data: Optional[Path] = typer.Option(None, "--data", help="BEIR-layout collection (default: bundled SciFact)."),
     train_data: Optional[Path] = typer.Option(None, "--train-data",
-                                              help="Train UHD on this collection instead (out of domain)."),
+                                              help="Train and fit every learned part on this collection instead "
+                                                   "(out of domain)."),
     systems: str = typer.Option("all", "--systems", help="Comma-separated system names, or 'all'."),
     out: Optional[Path] = typer.Option(None, "--out", help="Results JSON, e.g. benchmarks/results/baselines_scifact.json."),
     split: str = typer.Option("test", "--split", help="qrels split to evaluate on."),
