@@ -67,3 +67,21 @@ def assert_equals_fresh_build(index, expected, queries):
         assert ranking(index, queries, WEIGHTS, scoring, k=3) == [r[:3] for r in got]
     for b in range(N_BUCKETS):
         assert np.array_equal(index.document_frequencies(b), fresh.document_frequencies(b))
+
+
+def random_add(index, rng, expected, next_id):
+    """Add 1-7 random documents d<next_id>...; record them in `expected`; return the next free id number."""
+    n = int(rng.integers(1, 8))
+    encoding = random_encoding(rng, n)
+    ids = [f"d{next_id + i}" for i in range(n)]
+    index.add(encoding, ids)
+    expected.update({d: encoding[[i]] for i, d in enumerate(ids)})
+    return next_id + n
+
+
+def random_delete(index, rng, expected):
+    """Delete 1-5 random live documents, checking the returned count; drop them from `expected`."""
+    gone = list(rng.choice(sorted(expected), size=int(rng.integers(1, min(6, len(expected)) + 1)), replace=False))
+    assert index.delete(gone) == len(gone)
+    for d in gone:
+        del expected[d]

@@ -4,7 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from segments_checks import DIM, N_BUCKETS, WEIGHTS, assert_equals_fresh_build, live_ids, random_encoding, ranking
+from segments_checks import (DIM, N_BUCKETS, WEIGHTS, assert_equals_fresh_build, live_ids, random_add, random_delete,
+                             random_encoding, ranking)
 from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
 from uhdsearch.errors import IndexLockedError
 from uhdsearch.index.inverted import BinaryIndex
@@ -23,12 +24,7 @@ def test_random_updates_equal_a_fresh_build_of_the_final_corpus(tmp_path, seed):
     for step in range(30):
         op = rng.choice(["add", "add", "replace", "delete", "commit", "merge"], p=[.3, .1, .15, .2, .2, .05])
         if op == "add":
-            n = int(rng.integers(1, 8))
-            encoding = random_encoding(rng, n)
-            ids = [f"d{next_id + i}" for i in range(n)]
-            next_id += n
-            index.add(encoding, ids)
-            expected.update({d: encoding[[i]] for i, d in enumerate(ids)})
+            next_id = random_add(index, rng, expected, next_id)
         elif op == "replace" and expected:
             old = list(rng.choice(sorted(expected), size=min(3, len(expected)), replace=False))
             ids = old + [f"d{next_id}"]
@@ -37,11 +33,7 @@ def test_random_updates_equal_a_fresh_build_of_the_final_corpus(tmp_path, seed):
             index.add(encoding, ids, replace=True)
             expected.update({d: encoding[[i]] for i, d in enumerate(ids)})
         elif op == "delete" and expected:
-            gone = list(rng.choice(sorted(expected), size=int(rng.integers(1, min(6, len(expected)) + 1)),
-                                   replace=False))
-            assert index.delete(gone) == len(gone)
-            for d in gone:
-                del expected[d]
+            random_delete(index, rng, expected)
         elif op in ("commit", "merge"):
             index.commit() if op == "commit" else index.merge(max_segments=int(rng.integers(1, 3)))
             committed = dict(expected)

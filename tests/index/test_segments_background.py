@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from segments_checks import assert_equals_fresh_build, live_ids, random_encoding
+from segments_checks import assert_equals_fresh_build, live_ids, random_add, random_delete, random_encoding
 from uhdsearch.errors import IndexLockedError
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.index.segments import SegmentedIndex
@@ -112,23 +112,14 @@ def test_random_changes_with_background_merges_equal_a_fresh_build(tmp_path, see
         op = rng.choice(["add", "replace", "delete", "commit", "background", "wait"], p=[.25, .1, .2, .25, .1, .1])
         merge = index.background_merge
         if op == "add":
-            n = int(rng.integers(1, 8))
-            encoding = random_encoding(rng, n)
-            ids = [f"d{next_id + i}" for i in range(n)]
-            next_id += n
-            index.add(encoding, ids)
-            expected.update({d: encoding[[i]] for i, d in enumerate(ids)})
+            next_id = random_add(index, rng, expected, next_id)
         elif op == "replace" and expected:
             ids = list(rng.choice(sorted(expected), size=min(3, len(expected)), replace=False))
             encoding = random_encoding(rng, len(ids))
             index.add(encoding, ids, replace=True)
             expected.update({d: encoding[[i]] for i, d in enumerate(ids)})
         elif op == "delete" and expected:
-            gone = list(rng.choice(sorted(expected), size=int(rng.integers(1, min(6, len(expected)) + 1)),
-                                   replace=False))
-            assert index.delete(gone) == len(gone)
-            for d in gone:
-                del expected[d]
+            random_delete(index, rng, expected)
         elif op == "commit":
             index.commit()
             committed = dict(expected)
