@@ -42,6 +42,10 @@ VARIANTS: dict[str, tuple[Recipe, bool]] = {  # name -> (recipe, train?)
     "untrained-l6-dim8k": (replace(BASE, dim=8_192), False),
     "untrained-l6-wta40": (replace(BASE, wta_k=40), False),
     "untrained-l6-dim64k": (replace(BASE, dim=65_536), False),
+    "untrained-l6-dim80k": (replace(BASE, dim=81_920), False),  # the paper's n
+    # top two backbone layers trained too, at a BERT fine-tuning rate; documents are re-encoded afterwards
+    "trained-l6-unfrozen2": (replace(BASE, train_backbone_layers=2, learning_rate=2e-5, max_train_minutes=10.0,
+                                     eval_every=50), True),
 }
 QUERY_KS = (100, 400, None)  # None: every active query dimension
 MEASURES = ["nDCG@10", "RR@10", "R@100"]
@@ -66,14 +70,19 @@ def run_variant(name, recipe, trained, backbone, states, data, train_data):
                            bucket_layers=recipe.bucket_layers, document_max_length=recipe.document_max_length)
     model = UHDEncoder(backbone, config)
     documents = list(data.corpus.values())
-    seconds = 0.0
+    seconds, dev = 0.0, {}
     if trained:
         result, _ = train_on_collection(model, documents, train_data, recipe, states=states)
         seconds = result.seconds
+        dev = {"steps": result.steps, "dev_nDCG@10": [[s, round(v, 4)] for s, v in result.evals],
+               "best_dev_step": result.best_step}
     elif recipe.center:
         model.center_buckets(states)
     model.eval()
-    encoded = model.encode_states(states)
+    if recipe.train_backbone_layers:  # the cached states are those of the untrained backbone
+        encoded = model.encode_document([d.full_text for d in documents])
+    else:
+        encoded = model.encode_states(states)
     index = WeightedIndex.from_encoding(encoded, list(data.corpus), None)
     rows = []
     for query_k, selection in [(k, "value") for k in QUERY_KS] + [(400, "value-idf")]:
@@ -81,7 +90,8 @@ def run_variant(name, recipe, trained, backbone, states, data, train_data):
             searcher = Searcher(model, index, scoring, query_k=query_k, query_selection=selection)
             scores = evaluate(searcher.search(data.queries, k=1000), data.qrels, MEASURES)
             rows.append({"variant": name, "scoring": scoring, "query_k": query_k, "selection": selection, **scores,
-                         "train_seconds": round(seconds), "active_per_doc": float(encoded.active_per_row().sum(1).mean())})
+                         "train_seconds": round(seconds), "active_per_doc": float(encoded.active_per_row().sum(1).mean()),
+                         **dev})
             print(json.dumps(rows[-1]), flush=True)
     return rows
 

@@ -8,16 +8,20 @@ Writes benchmarks/results/baselines_<dataset>.json (see uhdsearch.comparison.run
     .venv/bin/python benchmarks/baselines.py --data ../shared/data/cisi --train-data src/uhdsearch/data/scifact \
         --systems bm25,dense,dense+whiten-seq,dense+whiten-tok,de-256,uhd-binary,uhd-binary+whiten
         (out of domain: everything trained and fit on SciFact; writes results/baselines_cisi_from_scifact.json)
+    .venv/bin/python benchmarks/baselines.py --systems sum-of-max+nice,dense+nice --merge
+        (rerun some systems; their rows replace those in the existing file, the other rows are kept)
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
 
 from uhdsearch.comparison import run_comparison
 from uhdsearch.evaluation.datasets import bundled_dataset_dir
+from uhdsearch.io import write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -30,15 +34,43 @@ def main() -> None:
     parser.add_argument("--fast", action="store_true", help="the quickstart's fast UHD recipe")
     parser.add_argument("--backbone", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="default: results/baselines_<dataset>.json")
+    parser.add_argument("--merge", action="store_true",
+                        help="replace only the rerun systems' rows in an existing --out file, keep the others")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     data = args.data or bundled_dataset_dir("scifact")
     suffix = f"_from_{args.train_data.name}" if args.train_data else ""
     out = args.out or RESULTS / f"baselines_{data.name}{suffix}.json"
     report = run_comparison(data, args.systems, train_data_dir=args.train_data, fast=args.fast,
-                            backbone=args.backbone, out_path=out, overwrite=True)
+                            backbone=args.backbone, out_path=None if args.merge else out, overwrite=True)
     print(report.format_table())
+    if args.merge and out.is_file():
+        write_json(out, merge_results(json.loads(out.read_text()), report.results))
+    elif args.merge:
+        write_json(out, report.results)
     print(f"wrote {out}")
+
+
+def merge_results(old: dict, new: dict) -> dict:
+    """`old` with the systems of `new` replacing or joining its rows; refuses a different collection or setting."""
+    for key in ("dataset", "split", "baseline", "n_queries"):
+        if old.get(key) != new.get(key):
+            raise SystemExit(f"cannot merge: {key} is {old.get(key)!r} in the file but {new.get(key)!r} in this run")
+    for key in ("in_domain", "train_data", "fast", "backbone", "max_length", "k"):
+        if old["config"].get(key) != new["config"].get(key):
+            raise SystemExit(f"cannot merge: config {key} differs ({old['config'].get(key)!r} vs "
+                             f"{new['config'].get(key)!r})")
+    merged = dict(old)
+    for key in ("systems", "p_values", "seconds"):
+        merged[key] = {**old.get(key, {}), **new.get(key, {})}
+    merged["shared_seconds"] = {**old.get("shared_seconds", {}), **new.get("shared_seconds", {})}
+    config = dict(old["config"])
+    for key, value in new["config"].items():
+        config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) \
+            else config.get(key, value)
+    config["rerun"] = config.get("rerun", []) + [sorted(new["systems"])]
+    merged["config"] = config
+    return merged
 
 
 if __name__ == "__main__":
