@@ -2,7 +2,14 @@
 and opening the newest commit that validates.
 
 A commit `commit_<generation>.json` names the segments and the deletion file of each; it is the only thing a
-reader trusts. Everything else in the directory that no commit names is a leftover of an interrupted write.
+reader trusts. Everything else in the directory that no commit names is a leftover of an interrupted write
+(found and removed by `uhdsearch.index.leftovers`).
+
+Directory layout:
+    commit_<generation>.json   the segments, their deletion files, doc counts, a checksum of itself
+    seg_<n>/                   one immutable index directory as written by `InvertedIndex.from_encoding`
+    seg_<n>.del_<generation>.npy   packed-bit deletion mask of seg_<n>, a new file per generation
+    write.lock                 held (fcntl) by the single writer
 """
 from __future__ import annotations
 
@@ -13,10 +20,9 @@ import json
 import logging
 import os
 import re
-import shutil
 import warnings
 from dataclasses import dataclass
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,7 @@ from uhdsearch.errors import IndexFormatError, IndexLockedError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.io import atomic_write_text, load_npy, save_npy
+from uhdsearch.sparse import SparseEncoding
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +41,11 @@ FORMAT = "uhd-segmented-index"
 FORMAT_VERSION = 1
 LOCK_FILE = "write.lock"
 OPEN_RETRIES = 5  # a concurrent writer may remove an old commit while a reader is opening it
-_COMMIT = re.compile(r"commit_(\d+)\.json")
-_SEGMENT = re.compile(r"seg_(\d+)")
-_DELETIONS = re.compile(r"seg_(\d+)\.del_(\d+)\.npy")
+COMMIT_PATTERN = re.compile(r"commit_(\d+)\.json")
+SEGMENT_PATTERN = re.compile(r"seg_(\d+)")
+DELETIONS_PATTERN = re.compile(r"seg_(\d+)\.del_(\d+)\.npy")
 # Temporary names made by io.atomic_write_text / atomic_directory for our own files.
-_TEMPORARY = re.compile(r"\.(commit_\d+\.json|seg_\d+)\.(tmp|old)-.*")
+TEMPORARY_PATTERN = re.compile(r"\.(commit_\d+\.json|seg_\d+)\.(tmp|old)-.*")
 
 
 def commit_name(generation: int) -> str:
@@ -55,13 +62,13 @@ def deletions_name(segment: str, generation: int) -> str:
 
 def list_generations(directory: Path) -> list[int]:
     """Generations of every commit file in `directory`, newest first (valid or not)."""
-    found = (_COMMIT.fullmatch(p.name) for p in directory.iterdir())
+    found = (COMMIT_PATTERN.fullmatch(p.name) for p in directory.iterdir())
     return sorted((int(m.group(1)) for m in found if m), reverse=True)
 
 
 def max_segment_number(directory: Path) -> int:
     """Highest segment number on disk (committed or leftover), -1 if none."""
-    numbers = [int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT.fullmatch(p.name))]
+    numbers = [int(m.group(1)) for p in directory.iterdir() if (m := SEGMENT_PATTERN.fullmatch(p.name))]
     return max(numbers, default=-1)
 
 
@@ -128,6 +135,15 @@ def write_deletions(path: Path, deleted: np.ndarray) -> str:
     return sha256(path)
 
 
+def save_changed_deletions(directory: Path, segment: Segment, generation: int) -> None:
+    """Give a segment whose deletions changed a new deletion file of this generation (none if nothing is deleted)."""
+    if segment.dirty:
+        segment.deletions = None
+        if segment.n_deleted:
+            file = deletions_name(segment.name, generation)
+            segment.deletions = {"file": file, "sha256": write_deletions(directory / file, segment.deleted)}
+
+
 def read_deletions(path: Path, n_documents: int, digest: str) -> np.ndarray:
     """(n_documents,) bool mask from a deletion file whose SHA-256 must be `digest`.
 
@@ -144,32 +160,6 @@ def read_deletions(path: Path, n_documents: int, digest: str) -> np.ndarray:
         raise IndexFormatError(f"deletion file {path} should be ({(n_documents + 7) // 8},) uint8, got "
                                f"{packed.shape} {packed.dtype}")
     return np.unpackbits(packed, count=n_documents).astype(np.bool_)
-
-
-def leftovers(directory: Path, keep: set[str], being_written: Collection[str] = ()) -> list[Path]:
-    """Our own files and directories in `directory` that no kept commit names (never foreign files).
-
-    Segments named in `being_written` (a background merge's output) are spared, temporary directories included.
-    """
-    out = []
-    for p in directory.iterdir():
-        ours = any(r.fullmatch(p.name) for r in (_COMMIT, _SEGMENT, _DELETIONS, _TEMPORARY))
-        if ours and p.name not in keep and _segment_on_disk(p.name) not in being_written:
-            out.append(p)
-    return out
-
-
-def segment_paths(directory: Path, names: Collection[str]) -> list[Path]:
-    """The directories of these segments in `directory`, and the temporary ones they are being written through."""
-    return [p for p in directory.iterdir() if _segment_on_disk(p.name) in names]
-
-
-def _segment_on_disk(name: str) -> str | None:
-    """The segment a directory entry is or becomes: "seg_7" for seg_7 and for .seg_7.tmp-x1y2."""
-    if _SEGMENT.fullmatch(name):
-        return name
-    temporary = _TEMPORARY.fullmatch(name)
-    return temporary.group(1) if temporary and _SEGMENT.fullmatch(temporary.group(1)) else None
 
 
 def fsync_file(path: Path) -> None:
@@ -232,6 +222,62 @@ class Segment:
     @property
     def n_live(self) -> int:
         return self.index.n_documents - self.n_deleted
+
+
+def segment_entry(segment: Segment) -> dict[str, Any]:
+    """How a commit file names a segment; `_load_segments` reads it back."""
+    return {"name": segment.name, "n_documents": segment.index.n_documents, "n_deleted": segment.n_deleted,
+            "meta_sha256": segment.meta_sha256, "deletions": segment.deletions}
+
+
+def write_next_commit(
+    directory: Path, previous: dict[str, Any], segments: Sequence[Segment], next_segment: int
+) -> tuple[dict[str, Any], list[Segment]]:
+    """Write the commit after `previous`: new deletion files, then commit_<generation>.json, durably.
+
+    Segments with no live document are dropped. Returns the new commit's body and the segments it names,
+    all marked clean. Never reuses a generation on disk, not even that of a corrupt commit file.
+    """
+    generation = max(list_generations(directory)[:1] + [previous["generation"]]) + 1
+    kept = [s for s in segments if s.n_live > 0]
+    for s in kept:
+        save_changed_deletions(directory, s, generation)
+    layout = {key: previous[key] for key in ("variant", "dim", "n_buckets", "encoder_digest")}
+    body = {"generation": generation, **layout, "next_segment": next_segment,
+            "n_documents": sum(s.n_live for s in kept), "segments": [segment_entry(s) for s in kept]}
+    write_commit(directory, body)
+    for s in kept:
+        s.dirty = False
+    return body, kept
+
+
+def create_directory(directory: Path, body: dict[str, Any]) -> WriteLock:
+    """Make `directory` a new index whose first commit is `body`; returns the write lock, held.
+
+    Raises:
+        FileExistsError: `directory` exists and is not empty.
+    """
+    if directory.exists() and any(p.name != LOCK_FILE for p in directory.iterdir()):
+        raise FileExistsError(f"{directory} already exists and is not empty; choose a new path or "
+                              "open it with SegmentedIndex.open")
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = WriteLock(directory)
+    try:
+        write_commit(directory, body)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def write_segment(
+    directory: Path, index_class: type[InvertedIndex], encoding: SparseEncoding, doc_ids: list[str],
+    encoder_digest: str | None,
+) -> Segment:
+    """Write a new segment (no deletions) durably into `directory`, which must not exist yet."""
+    index = index_class.from_encoding(encoding, doc_ids, directory, encoder_digest=encoder_digest)
+    fsync_tree(directory)
+    return Segment(directory.name, index, np.zeros(len(doc_ids), np.bool_), None, sha256(directory / fmt.META_FILE))
 
 
 def open_newest(
@@ -309,25 +355,3 @@ def _load_segments(
                                    f"{int(deleted.sum())}")
         segments.append(Segment(name, index, deleted, deletions, meta_sha256, n_deleted=n_deleted))
     return segments
-
-
-def referenced_by_any_commit(directory: Path) -> set[str]:
-    """Files named by every commit that parses: what a writer must not remove when it opens."""
-    keep: set[str] = set()
-    for generation in list_generations(directory):
-        try:
-            keep |= referenced_files(read_commit(directory, generation))
-        except (FileNotFoundError, IndexFormatError, KeyError, TypeError):
-            keep.add(commit_name(generation))  # left for inspection; the next commit removes it
-    return keep
-
-
-def remove(paths: list[Path]) -> None:
-    """Delete leftovers (files or segment directories)."""
-    # Commit files first, so that no commit ever names a file that is already gone.
-    for p in sorted(paths, key=lambda p: not p.name.startswith("commit_")):
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
-        logger.debug("removed leftover %s", p)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,7 @@ import numpy as np
 from uhdsearch.index import commit as cp
 from uhdsearch.index import format as fmt
 from uhdsearch.index.inverted import InvertedIndex
+from uhdsearch.index.leftovers import remove, segment_paths
 from uhdsearch.sparse import SparseEncoding
 
 logger = logging.getLogger(__name__)
@@ -47,6 +49,48 @@ def live_documents(group: Sequence[cp.Segment], masks: Sequence[np.ndarray]) -> 
         encodings.append(s.index.document_vectors()[rows])
         ids.extend(s.index.doc_ids[r] for r in rows)
     return SparseEncoding.concat(encodings), ids
+
+
+def merge_segments(
+    segments: Sequence[cp.Segment], max_segments: int,
+    write_segment: Callable[[SparseEncoding, list[str]], cp.Segment],
+) -> list[cp.Segment]:
+    """Merge now: the segments with live documents, each group `choose_groups` picks replaced by one new segment.
+
+    `write_segment(encoding, doc_ids)` writes a merged segment; the merged one takes its first source's place.
+    """
+    segments = [s for s in segments if s.n_live > 0]
+    replaced: dict[int, cp.Segment | None] = {}
+    for group in choose_groups(segments, max_segments):
+        sources = [segments[i] for i in group]
+        merged = write_segment(*live_documents(sources, [s.deleted for s in sources]))
+        replaced.update({i: None for i in group})
+        replaced[group[0]] = merged
+    out = [replaced.get(i, s) for i, s in enumerate(segments)]
+    return [s for s in out if s is not None]
+
+
+def start_background_merge(
+    directory: Path, segments: Sequence[cp.Segment], max_segments: int, first_number: int,
+    index_class: type[InvertedIndex], encoder_digest: str | None,
+) -> BackgroundMerge:
+    """A background merge of the groups `choose_groups` picks, written as seg_<first_number>, seg_<first_number + 1>...
+
+    Its state is "applied" at once when there is nothing to merge.
+    """
+    segments = [s for s in segments if s.n_live > 0]
+    groups = [[segments[i] for i in group] for group in choose_groups(segments, max_segments)]
+    names = [cp.segment_name(first_number + i) for i in range(len(groups))]
+    return BackgroundMerge(directory, groups, names, index_class, encoder_digest)
+
+
+def check_max_segments(value, name: str, allow_none: bool) -> int | None:
+    """`value` as an int after checking it is a positive integer (or None when `allow_none`)."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a positive integer" + (" or None" if allow_none else ""))
+    return int(value)
 
 
 class _Cancelled(Exception):
@@ -110,10 +154,14 @@ class BackgroundMerge:
 
         Call once `done()`. Deletions only ever set bits, so a row live in the snapshot but deleted now was
         deleted while the merge ran: it is marked deleted in the merged segment too. The merge is discarded
-        when it failed or when a source is no longer in `segments` (fully deleted and dropped, or merged again).
+        when it failed (with a warning) or when a source is no longer in `segments` (fully deleted and dropped, or
+        merged again).
         """
         if self.state == "failed":
             self._state = "failed"
+            # stacklevel: swap_into <- SegmentedIndex._swap_in_finished_merge <- commit or merge <- the caller
+            warnings.warn(f"the background merge of {', '.join(self.sources)} failed ({self.error!r}); it was "
+                          "discarded and the index is unchanged", stacklevel=4)
             return None
         positions = {id(s): i for i, s in enumerate(segments)}
         if any(id(s) not in positions for group in self._groups for s in group):
@@ -139,7 +187,7 @@ class BackgroundMerge:
         self._cancel.set()
         self._finished.wait()
         self._state = "failed" if self.error is not None else "cancelled"
-        cp.remove(cp.segment_paths(directory, self.merged))  # never named by a commit: nothing refers to them
+        remove(segment_paths(directory, self.merged))  # never named by a commit: nothing refers to them
 
     # ------------------------------------------------------------------ worker side
     def _run(self, directory: Path, index_class: type[InvertedIndex], encoder_digest: str | None) -> None:

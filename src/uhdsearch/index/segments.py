@@ -1,11 +1,7 @@
 """SegmentedIndex: an updatable index of immutable segments, per-segment deletions and commit points (Lucene-style).
 
-Directory layout (file names in `uhdsearch.index.commit`):
-    commit_<generation>.json   the segments, their deletion files, doc counts, a checksum of itself
-    seg_<n>/                   one immutable index directory as written by `InvertedIndex.from_encoding`
-    seg_<n>.del_<generation>.npy   packed-bit deletion mask of seg_<n>, a new file per generation
-    write.lock                 held (fcntl) by the single writer
-Global doc numbers are the segments' internal numbers concatenated in commit order, uncommitted additions last.
+Directory layout: see `uhdsearch.index.commit`. Global doc numbers are the segments' internal numbers
+concatenated in commit order, uncommitted additions last.
 """
 from __future__ import annotations
 
@@ -18,11 +14,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
+from uhdsearch.errors import DataFormatError
 from uhdsearch.index import commit as cp
 from uhdsearch.index import format as fmt
+from uhdsearch.index.additions import check_additions
+from uhdsearch.index.deletions import LiveDocuments, visible_doc_ids
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex, check_search_args
-from uhdsearch.index.merges import BackgroundMerge, choose_groups, live_documents
+from uhdsearch.index.leftovers import leftovers, referenced_by_any_commit, remove
+from uhdsearch.index.merges import BackgroundMerge, check_max_segments, merge_segments, start_background_merge
+from uhdsearch.index.segment_search import Part, live_document_frequencies, search_parts
 from uhdsearch.sparse import SparseEncoding
 
 logger = logging.getLogger(__name__)
@@ -50,16 +50,14 @@ class SegmentedIndex:
         self._body = body
         self._segments = segments
         self._lock = lock
-        self.max_segments = _check_max_segments(max_segments, "max_segments", allow_none=True)
+        self._index_class: type[InvertedIndex] = WeightedIndex if body["variant"] == "weighted" else BinaryIndex
+        self.max_segments = check_max_segments(max_segments, "max_segments", allow_none=True)
         self.background_merges = bool(background_merges)
         self._background: BackgroundMerge | None = None
         self._next_segment = max(body["next_segment"], cp.max_segment_number(directory) + 1)
-        self._chunks: list[SparseEncoding] = []  # uncommitted additions ...
-        self._buffer: dict[str, tuple[int, int]] = {}  # ... doc_id -> (chunk, row), in insertion order
-        self._where: dict[str, tuple[int, int]] | None = None  # doc_id -> (segment position, row)
+        self._live = LiveDocuments(directory)  # where each live doc_id is; holds the uncommitted additions
         self._pending = False
         self._doc_ids: list[str | None] | None = None
-        self._buffer_index: InvertedIndex | None = None
         self._load_options: tuple[bool | None, bool | None] = (None, None)  # mmap, verify (for reopen)
 
     # ------------------------------------------------------------------ opening
@@ -84,18 +82,9 @@ class SegmentedIndex:
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive integer")
         directory = Path(path)
-        if directory.exists() and any(p.name != cp.LOCK_FILE for p in directory.iterdir()):
-            raise FileExistsError(f"{directory} already exists and is not empty; choose a new path or "
-                                  "open it with SegmentedIndex.open")
-        directory.mkdir(parents=True, exist_ok=True)
-        lock = cp.WriteLock(directory)
         body = {"generation": 1, "variant": variant, "dim": int(dim), "n_buckets": int(n_buckets),
                 "encoder_digest": encoder_digest, "next_segment": 0, "n_documents": 0, "segments": []}
-        try:
-            cp.write_commit(directory, body)
-        except BaseException:
-            lock.release()
-            raise
+        lock = cp.create_directory(directory, body)
         return cls(directory, body, [], lock, max_segments, background_merges)
 
     @classmethod
@@ -122,7 +111,7 @@ class SegmentedIndex:
         try:
             body, segments = cp.open_newest(directory, mmap, verify)
             if lock is not None:
-                cp.remove(cp.leftovers(directory, cp.referenced_by_any_commit(directory)))
+                remove(leftovers(directory, referenced_by_any_commit(directory)))
         except BaseException:
             if lock is not None:
                 lock.release()
@@ -199,17 +188,13 @@ class SegmentedIndex:
     @property
     def n_documents(self) -> int:
         """Live documents, uncommitted changes included."""
-        return sum(s.n_live for s in self._segments) + len(self._buffer)
+        return sum(s.n_live for s in self._segments) + len(self._live.added)
 
     @property
     def doc_ids(self) -> list[str | None]:
         """External id per global doc number; None where that document is deleted (never returned by search)."""
         if self._doc_ids is None:
-            out: list[str | None] = []
-            for s in self._segments:
-                out.extend(None if gone else d for d, gone in zip(s.index.doc_ids, s.deleted.tolist()))
-            out.extend(self._buffer)
-            self._doc_ids = out
+            self._doc_ids = visible_doc_ids(self._segments, self._live.added)
         return self._doc_ids
 
     def __repr__(self) -> str:
@@ -227,33 +212,15 @@ class SegmentedIndex:
             DataFormatError: duplicate ids in `doc_ids`, or ids already live while replace=False.
         """
         self._check_writable()
-        if not isinstance(encoding, SparseEncoding):
-            raise TypeError(f"encoding must be a SparseEncoding, got {type(encoding).__name__}")
-        if encoding.dim != self.dim or encoding.n_buckets != self.n_buckets:
-            raise DimensionMismatchError(
-                f"the documents have dim={encoding.dim} and {encoding.n_buckets} buckets but the index has "
-                f"dim={self.dim} and {self.n_buckets} buckets; encode them with the index's encoder"
-            )
-        doc_ids = [str(d) for d in doc_ids]
-        if len(doc_ids) != encoding.n:
-            raise ValueError(f"{len(doc_ids)} doc_ids for {encoding.n} encoded documents")
-        if any("\n" in d or "\r" in d for d in doc_ids):
-            raise ValueError("doc_ids may not contain line breaks")
-        if len(set(doc_ids)) != len(doc_ids):
-            seen: set[str] = set()
-            twice = [d for d in doc_ids if d in seen or seen.add(d)]
-            raise DataFormatError(f"duplicate doc_ids in one add: {twice[:5]}; every document needs a unique id")
-        present = self._present(doc_ids)
+        doc_ids = check_additions(encoding, doc_ids, self.dim, self.n_buckets)
+        present = self._live.present(self._segments, doc_ids)
         if present and not replace:
             raise DataFormatError(f"{len(present)} doc_ids are already in the index, e.g. {present[:5]}; pass "
                                   "replace=True to replace them, or delete them first")
         if not doc_ids:
             return
-        self._delete_live(present)
-        chunk = len(self._chunks)
-        self._chunks.append(encoding)
-        for row, d in enumerate(doc_ids):
-            self._buffer[d] = (chunk, row)
+        self._live.delete(self._segments, present)
+        self._live.added.add(encoding, doc_ids)
         self._changed()
 
     def delete(self, doc_ids: Sequence[str], missing_ok: bool = False) -> int:
@@ -266,13 +233,13 @@ class SegmentedIndex:
         if isinstance(doc_ids, str):
             raise TypeError("doc_ids must be a list of ids, not one string")
         ids = list(dict.fromkeys(str(d) for d in doc_ids))
-        present = self._present(ids)
+        present = self._live.present(self._segments, ids)
         if len(present) != len(ids) and not missing_ok:
             known = set(present)
             missing = [d for d in ids if d not in known]
             raise ValueError(f"{len(missing)} doc_ids are not in the index: {missing}; pass missing_ok=True to "
                              "ignore unknown ids")
-        self._delete_live(present)
+        self._live.delete(self._segments, present)
         if present:
             self._changed()
         return len(present)
@@ -303,7 +270,7 @@ class SegmentedIndex:
         Old segments are removed only after the new commit is durable. Returns the new generation.
         """
         self._check_writable()
-        max_segments = _check_max_segments(max_segments, "max_segments", allow_none=False)
+        max_segments = check_max_segments(max_segments, "max_segments", allow_none=False)
         self._flush()
         self._swap_in_finished_merge()  # one still running is discarded if this merge takes its segments
         self._merge(max_segments)
@@ -327,7 +294,7 @@ class SegmentedIndex:
             >>> # merge = index.merge_in_background(); index.delete(["d7"]); merge.wait(); index.commit()
         """
         self._check_writable()
-        max_segments = _check_max_segments(max_segments, "max_segments", allow_none=False)
+        max_segments = check_max_segments(max_segments, "max_segments", allow_none=False)
         if self._background is not None:
             raise RuntimeError(f"{self._background!r} is still under way; call its wait() and then commit() "
                                "before starting another")
@@ -351,30 +318,11 @@ class SegmentedIndex:
         """
         check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
         depth = min(int(k), self.n_documents)
-        numbers_parts, scores_parts = [], []
-        offset = 0
-        for index, mask, n_deleted in self._parts():
-            n = index.n_documents
-            if deleted is not None:
-                mask = mask | deleted[offset:offset + n]
-                n_deleted = int(mask.sum())
-            if n_deleted < n:
-                numbers, scores = index.search_encoded(queries, k, bucket_weights, scoring,
-                                                       deleted=mask if n_deleted else None, n_threads=n_threads)
-                numbers_parts.append(np.where(numbers >= 0, numbers + offset, -1))
-                scores_parts.append(scores)
-            offset += n
-        return _merge_top(numbers_parts, scores_parts, queries.n, depth)
+        return search_parts(self._parts(), queries, k, depth, bucket_weights, scoring, deleted, n_threads)
 
     def document_frequencies(self, bucket: int = 0) -> np.ndarray:
         """(dim,) int64 number of live documents in which each dimension is active."""
-        total = np.zeros(self.dim, np.int64)
-        for index, mask, n_deleted in self._parts():
-            total += np.asarray(index.document_frequencies(bucket), dtype=np.int64)
-            if n_deleted:
-                gone = index.document_vectors().buckets[bucket][np.flatnonzero(mask)]
-                total -= np.bincount(gone.indices, minlength=self.dim)
-        return total
+        return live_document_frequencies(self._parts(), self.dim, bucket)
 
     # ------------------------------------------------------------------ internals
     def _check_writable(self) -> None:
@@ -382,100 +330,42 @@ class SegmentedIndex:
             raise cp.IndexLockedError(f"{self.path} is open read-only (or closed); open it with "
                                       "SegmentedIndex.open(path, writable=True) to change it")
 
-    def _parts(self) -> list[tuple[InvertedIndex, np.ndarray, int]]:
+    def _parts(self) -> list[Part]:
         """(index, deleted mask, deleted count) per segment in global order, the uncommitted additions last."""
         parts = [(s.index, s.deleted, s.n_deleted) for s in self._segments]
-        if self._buffer:
-            if self._buffer_index is None:
-                encoding, ids = self._buffer_encoding()
-                self._buffer_index = _index_class(self.variant).from_encoding(encoding, ids, None,
-                                                                              encoder_digest=self.encoder_digest)
-            parts.append((self._buffer_index, np.zeros(len(self._buffer), np.bool_), 0))
+        if self._live.added:
+            index = self._live.added.index(self._index_class, self.encoder_digest)
+            parts.append((index, np.zeros(index.n_documents, np.bool_), 0))
         return parts
-
-    def _locations(self) -> dict[str, tuple[int, int]]:
-        if self._where is None:
-            where: dict[str, tuple[int, int]] = {}
-            for position, s in enumerate(self._segments):
-                for row, (d, gone) in enumerate(zip(s.index.doc_ids, s.deleted.tolist())):
-                    if gone:
-                        continue
-                    if d in where:
-                        other = self._segments[where[d][0]].name
-                        raise IndexFormatError(f"doc_id {d!r} is live in both {other} and {s.name} of "
-                                               f"{self.path}: the index is corrupted")
-                    where[d] = (position, row)
-            self._where = where
-        return self._where
-
-    def _present(self, doc_ids: Sequence[str]) -> list[str]:
-        where = self._locations()
-        return [d for d in doc_ids if d in where or d in self._buffer]
-
-    def _delete_live(self, doc_ids: Sequence[str]) -> None:
-        where = self._locations()
-        for d in doc_ids:
-            if d in self._buffer:
-                del self._buffer[d]
-                continue
-            position, row = where.pop(d)
-            s = self._segments[position]
-            if not s.dirty:  # copy on write: the committed mask may be shared with a search in progress
-                s.deleted = s.deleted.copy()
-                s.dirty = True
-            s.deleted[row] = True
-            s.n_deleted += 1
 
     def _changed(self) -> None:
         self._pending = True
         self._doc_ids = None
-        self._buffer_index = None
-
-    def _buffer_encoding(self) -> tuple[SparseEncoding, list[str]]:
-        starts = np.cumsum([0] + [c.n for c in self._chunks])
-        rows = np.array([starts[c] + r for c, r in self._buffer.values()], dtype=np.int64)
-        return SparseEncoding.concat(self._chunks)[rows], list(self._buffer)
 
     def _new_segment(self, encoding: SparseEncoding, doc_ids: list[str]) -> cp.Segment:
         name = cp.segment_name(self._next_segment)
         self._next_segment += 1
-        directory = self.path / name
-        index = _index_class(self.variant).from_encoding(encoding, doc_ids, directory,
-                                                         encoder_digest=self.encoder_digest)
-        cp.fsync_tree(directory)
-        return cp.Segment(name, index, np.zeros(len(doc_ids), np.bool_), None, cp.sha256(directory / fmt.META_FILE))
+        return cp.write_segment(self.path / name, self._index_class, encoding, doc_ids, self.encoder_digest)
 
     def _flush(self) -> None:
         """Write uncommitted additions as one new segment (not yet named by any commit)."""
-        if self._buffer:
-            encoding, ids = self._buffer_encoding()
+        if self._live.added:
+            encoding, ids = self._live.added.encoding()
             self._segments.append(self._new_segment(encoding, ids))
-            if self._where is not None:  # other segments keep their positions: no need to rebuild the map
-                position = len(self._segments) - 1
-                self._where.update((d, (position, row)) for row, d in enumerate(ids))
-        self._chunks, self._buffer = [], {}
+            self._live.flushed(len(self._segments) - 1, ids)
+        self._live.added.clear()
         self._changed()
 
     def _merge(self, max_segments: int) -> None:
-        segments = [s for s in self._segments if s.n_live > 0]
-        replaced: dict[int, cp.Segment | None] = {}
-        for group in choose_groups(segments, max_segments):
-            sources = [segments[i] for i in group]
-            merged = self._new_segment(*live_documents(sources, [s.deleted for s in sources]))
-            replaced.update({i: None for i in group})
-            replaced[group[0]] = merged
-        self._segments = [replaced.get(i, s) for i, s in enumerate(segments)]
-        self._segments = [s for s in self._segments if s is not None]
-        self._where = None
+        self._segments = merge_segments(self._segments, max_segments, self._new_segment)
+        self._live.forget()
         self._changed()
 
     def _start_background_merge(self, max_segments: int) -> BackgroundMerge:
-        segments = [s for s in self._segments if s.n_live > 0]
-        groups = [[segments[i] for i in group] for group in choose_groups(segments, max_segments)]
-        names = [cp.segment_name(self._next_segment + i) for i in range(len(groups))]
-        self._next_segment += len(groups)  # reserved now: no flush or merge may write under these names
-        merge = BackgroundMerge(self.path, groups, names, _index_class(self.variant), self.encoder_digest)
-        if groups:
+        merge = start_background_merge(self.path, self._segments, max_segments, self._next_segment,
+                                       self._index_class, self.encoder_digest)
+        self._next_segment += len(merge.merged)  # reserved now: no flush or merge may write under these names
+        if merge.merged:
             self._background = merge
         return merge
 
@@ -484,79 +374,22 @@ class SegmentedIndex:
         if merge is None or not merge.done():
             return
         self._background = None  # from here on its files are ordinary leftovers unless a commit names them
-        swapped = merge.swap_into(self._segments)
-        if merge.state == "failed":
-            warnings.warn(f"the background merge of {', '.join(merge.sources)} failed ({merge.error!r}); it was "
-                          "discarded and the index is unchanged", stacklevel=3)
+        swapped = merge.swap_into(self._segments)  # None (and a warning if it failed) when discarded
         if swapped is not None:
             self._segments = swapped
-            self._where = None
+            self._live.forget()
             self._changed()
 
     def _write_commit(self) -> int:
-        # Never reuse a generation on disk, not even that of a corrupt commit file.
-        generation = max(cp.list_generations(self.path)[:1] + [self.generation]) + 1
-        kept, entries = [], []
-        for s in self._segments:
-            if s.n_live == 0:
-                continue  # a fully deleted segment is dropped
-            if s.dirty:
-                s.deletions = None
-                if s.n_deleted:
-                    file = cp.deletions_name(s.name, generation)
-                    s.deletions = {"file": file, "sha256": cp.write_deletions(self.path / file, s.deleted)}
-            entries.append({"name": s.name, "n_documents": s.index.n_documents, "n_deleted": s.n_deleted,
-                            "meta_sha256": s.meta_sha256, "deletions": s.deletions})
-            kept.append(s)
-        body = {"generation": generation, "variant": self.variant, "dim": self.dim, "n_buckets": self.n_buckets,
-                "encoder_digest": self.encoder_digest, "next_segment": self._next_segment,
-                "n_documents": sum(s.n_live for s in kept), "segments": entries}
-        cp.write_commit(self.path, body)
+        body, kept = cp.write_next_commit(self.path, self._body, self._segments, self._next_segment)
         # Durable from here on. Keep the previous commit as a fallback; everything else may go.
         previous, self._body = self._body, body
-        for s in kept:
-            s.dirty = False
         if len(kept) != len(self._segments):
-            self._where = None  # positions shifted
+            self._live.forget()  # positions shifted: fully deleted segments were dropped
         self._segments = kept
         self._changed()
         self._pending = False
         keep = cp.referenced_files(body) | cp.referenced_files(previous)
         being_written = self._background.merged if self._background is not None else ()
-        cp.remove(cp.leftovers(self.path, keep, being_written))
-        return generation
-
-
-def _index_class(variant: str) -> type[InvertedIndex]:
-    return WeightedIndex if variant == "weighted" else BinaryIndex
-
-
-def _merge_top(
-    numbers_parts: list[np.ndarray], scores_parts: list[np.ndarray], n_queries: int, depth: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Merge per-segment top-k lists (global numbers, -1 padding) into one under the tie rule."""
-    out_numbers = np.full((n_queries, depth), -1, np.int64)
-    out_scores = np.zeros((n_queries, depth), np.float64)
-    if not numbers_parts or depth == 0:
-        return out_numbers, out_scores
-    numbers, scores = np.concatenate(numbers_parts, axis=1), np.concatenate(scores_parts, axis=1)
-    valid = numbers >= 0
-    # Each segment's list is exact and segments hold disjoint ascending number ranges, so the head of the
-    # merged order (score desc, then number asc; padding last) is the exact global top-k.
-    order = np.lexsort((np.where(valid, numbers, np.iinfo(np.int64).max), np.where(valid, -scores, np.inf)),
-                       axis=-1)[:, :depth]
-    width = order.shape[1]
-    out_numbers[:, :width] = np.take_along_axis(numbers, order, axis=1)
-    out_scores[:, :width] = np.take_along_axis(scores, order, axis=1)
-    out_scores[out_numbers < 0] = 0.0
-    return out_numbers, out_scores
-
-
-def _check_max_segments(value, name: str, allow_none: bool) -> int | None:
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer" + (" or None" if allow_none else ""))
-    return int(value)
-
-
+        remove(leftovers(self.path, keep, being_written))
+        return body["generation"]

@@ -1,0 +1,78 @@
+"""Search across the segments of a segmented index: each segment's exact top-k, merged under the tie rule."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from uhdsearch.index.inverted import InvertedIndex
+from uhdsearch.sparse import SparseEncoding
+
+# (index, deleted mask, deleted count) of one segment; parts hold consecutive ranges of global doc numbers.
+Part = tuple[InvertedIndex, np.ndarray, int]
+
+
+def search_parts(
+    parts: Sequence[Part],
+    queries: SparseEncoding,
+    k: int,
+    depth: int,
+    bucket_weights: Sequence[float],
+    scoring: Literal["binary", "weighted"],
+    deleted: np.ndarray | None,
+    n_threads: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-`depth` over the live documents of all parts, in global doc numbers.
+
+    Args:
+        deleted: (total documents,) bool, more documents to leave out, by global doc number; or None.
+    Returns:
+        numbers (n_queries, depth) int64 and scores of the same shape float64; rows padded with -1 and 0.
+    """
+    numbers_parts, scores_parts = [], []
+    offset = 0
+    for index, mask, n_deleted in parts:
+        n = index.n_documents
+        if deleted is not None:
+            mask = mask | deleted[offset:offset + n]
+            n_deleted = int(mask.sum())
+        if n_deleted < n:
+            numbers, scores = index.search_encoded(queries, k, bucket_weights, scoring,
+                                                   deleted=mask if n_deleted else None, n_threads=n_threads)
+            numbers_parts.append(np.where(numbers >= 0, numbers + offset, -1))
+            scores_parts.append(scores)
+        offset += n
+    return merge_top(numbers_parts, scores_parts, queries.n, depth)
+
+
+def merge_top(
+    numbers_parts: list[np.ndarray], scores_parts: list[np.ndarray], n_queries: int, depth: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Merge per-segment top-k lists (global numbers, -1 padding) into one under the tie rule."""
+    out_numbers = np.full((n_queries, depth), -1, np.int64)
+    out_scores = np.zeros((n_queries, depth), np.float64)
+    if not numbers_parts or depth == 0:
+        return out_numbers, out_scores
+    numbers, scores = np.concatenate(numbers_parts, axis=1), np.concatenate(scores_parts, axis=1)
+    valid = numbers >= 0
+    # Each segment's list is exact and segments hold disjoint ascending number ranges, so the head of the
+    # merged order (score desc, then number asc; padding last) is the exact global top-k.
+    order = np.lexsort((np.where(valid, numbers, np.iinfo(np.int64).max), np.where(valid, -scores, np.inf)),
+                       axis=-1)[:, :depth]
+    width = order.shape[1]
+    out_numbers[:, :width] = np.take_along_axis(numbers, order, axis=1)
+    out_scores[:, :width] = np.take_along_axis(scores, order, axis=1)
+    out_scores[out_numbers < 0] = 0.0
+    return out_numbers, out_scores
+
+
+def live_document_frequencies(parts: Sequence[Part], dim: int, bucket: int) -> np.ndarray:
+    """(dim,) int64 number of live documents in which each dimension of `bucket` is active."""
+    total = np.zeros(dim, np.int64)
+    for index, mask, n_deleted in parts:
+        total += np.asarray(index.document_frequencies(bucket), dtype=np.int64)
+        if n_deleted:
+            gone = index.document_vectors().buckets[bucket][np.flatnonzero(mask)]
+            total -= np.bincount(gone.indices, minlength=dim)
+    return total
