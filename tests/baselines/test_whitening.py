@@ -113,13 +113,29 @@ def test_pooled_embedder_without_transforms_is_mean_cosine():
 
 
 def test_isotropy_report_whitening_raises_isotropy(backbone, states, mini_data):
-    report = isotropy_report(mini_data.corpus, backbone, states, max_length=MAX_LENGTH, flows=False,
+    held_out = [d.full_text for d in list(mini_data.corpus.values())[:40]]
+    report = isotropy_report(mini_data.corpus, backbone, states, held_out, max_length=MAX_LENGTH, flows=False,
                              fit_tokens=5000)
     assert set(report) == {"sequence/raw", "sequence/whiten", "token/raw", "token/whiten"}
     for level in ("sequence", "token"):
         raw, white = report[f"{level}/raw"], report[f"{level}/whiten"]
-        assert white["I(W)"] > raw["I(W)"]
-        assert abs(white["avg_cos"]) < raw["avg_cos"]
+        for suffix in ("", " held-out"):
+            assert 0 < raw[f"I(W){suffix}"] < white[f"I(W){suffix}"] <= 1
+            assert abs(white[f"avg_cos{suffix}"]) < raw[f"avg_cos{suffix}"]
+
+
+def test_isotropy_is_measured_on_unit_rows_per_batch(backbone, states, mini_data):
+    """Scaling every state leaves the report unchanged (rows are normalized), batching changes I(W)."""
+    import dataclasses
+
+    scaled = dataclasses.replace(states, states=[s * 7 for s in states.states])
+    kwargs = dict(max_length=MAX_LENGTH, flows=False, fit_tokens=5000)
+    one = isotropy_report(mini_data.corpus, backbone, states, **kwargs)
+    seven = isotropy_report(mini_data.corpus, backbone, scaled, **kwargs)
+    assert seven["token/raw"]["I(W)"] == pytest.approx(one["token/raw"]["I(W)"], rel=1e-3)
+    assert seven["sequence/raw"]["I(W)"] == pytest.approx(one["sequence/raw"]["I(W)"], rel=1e-3)
+    whole = isotropy_report(mini_data.corpus, backbone, states, batch_texts=10_000, **kwargs)
+    assert whole["token/raw"]["I(W)"] != pytest.approx(one["token/raw"]["I(W)"], rel=1e-3)
 
 
 def test_uhd_over_whitened_states_equals_a_wta_with_whitening_folded_in(dense_backbone, states, mini_data):

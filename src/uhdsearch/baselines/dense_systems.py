@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from uhdsearch.baselines.dual_encoder import (
@@ -309,27 +310,32 @@ def build_system(name: str, corpus, queries_train=None, qrels_train=None, backbo
 
 # ------------------------------------------------------------------ isotropy (Jung et al. Table 1)
 def isotropy_report(corpus, backbone_dir: BackboneArg = None, states: TokenStates | None = None,
-                    queries: Sequence[Query] | None = None, *, max_length: int = 256, flows: bool = True,
-                    fit_tokens: int = 50_000, show_progress: bool = False) -> dict[str, dict[str, float]]:
+                    held_out: Sequence[str] | None = None, *, max_length: int = 256, flows: bool = True,
+                    fit_tokens: int = 50_000, batch_texts: int = 32, max_batches: int = 32,
+                    show_progress: bool = False) -> dict[str, dict[str, float]]:
     """I(W) (Eq. 3) and average cosine (Eq. 4) before and after each transform, sequence- and token-wise.
 
-    Transforms are fit on the corpus (unsupervised); the metrics are measured on `queries` when given (held
-    out from the fit), else on the corpus documents. Token-wise rows use a sample of `fit_tokens` tokens.
+    Transforms are fit on the corpus without labels (token-wise on a sample of `fit_tokens` tokens). As in
+    Jung et al. §3.2 the metrics are averaged over batches of `batch_texts` texts (token rows: every token of
+    the batch's texts; sequence rows: their mean-pooled vectors), over the first `max_batches` batches of the
+    corpus and, when `held_out` texts are given, of those too. Rows are L2-normalized first: the retrievers
+    score by cosine, and I(W), a min/max of sums of exponentials, is not scale-invariant (on raw whitened
+    states a few outlying tokens decide it; Jung et al.'s values fit unit vectors).
 
     Returns:
-        {"<level>/<method>": {"I(W)": ..., "avg_cos": ..., "seconds": fit time}} with level sequence|token and
-        method raw|whiten|nice|glow.
+        {"<level>/<method>": {"I(W)", "avg_cos", ["I(W) held-out", "avg_cos held-out"], "seconds": fit time}}
+        with level sequence|token and method raw|whiten|nice|glow.
     """
     backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
     last = backbone.n_layers
     fit = {"sequence": _pooled_vectors(states, last), "token": sample_tokens(states.layer(last), fit_tokens)}
-    if queries:
+    measured = {"": states}
+    if held_out:
         from uhdsearch.encoder.states import compute_token_states
 
-        q_states = compute_token_states(backbone, [q.text for q in queries], [last], max_length, show_progress=False)
-        measure = {"sequence": _pooled_vectors(q_states, last), "token": q_states.layer(last).float()}
-    else:
-        measure = {"sequence": fit["sequence"], "token": sample_tokens(states.layer(last), fit_tokens, seed=1)}
+        measured[" held-out"] = compute_token_states(backbone, list(held_out), [last], max_length,
+                                                     show_progress=show_progress)
+    batches = {suffix: _metric_batches(st, last, batch_texts, max_batches) for suffix, st in measured.items()}
     report: dict[str, dict[str, float]] = {}
     for level in ("sequence", "token"):
         methods: dict[str, Callable[[], Callable]] = {
@@ -342,11 +348,27 @@ def isotropy_report(corpus, backbone_dir: BackboneArg = None, states: TokenState
         for method, make in methods.items():
             start = time.perf_counter()
             transform = make()
-            seconds = time.perf_counter() - start
-            W = transform(measure[level]).detach()
-            report[f"{level}/{method}"] = {"I(W)": isotropy(W), "avg_cos": average_cosine(W),
-                                           "seconds": round(seconds, 2)}
+            row = {"seconds": round(time.perf_counter() - start, 2)}
+            for suffix, per_batch in batches.items():
+                sets = [torch.nn.functional.normalize(transform(batch[level]).detach(), dim=1) for batch in per_batch]
+                row[f"I(W){suffix}"] = float(np.mean([isotropy(W) for W in sets]))
+                row[f"avg_cos{suffix}"] = float(np.mean([average_cosine(W) for W in sets]))
+            report[f"{level}/{method}"] = row
     return report
+
+
+def _metric_batches(states: TokenStates, layer: int, batch_texts: int, max_batches: int) -> list[dict]:
+    """Consecutive batches of texts: {"token": their token states, "sequence": their pooled vectors}."""
+    pooled = _pooled_vectors(states, layer)
+    tokens = states.layer(layer)
+    batches = []
+    for lo in range(0, states.n - 1, batch_texts):  # a batch needs 2+ texts for the sequence rows
+        hi = min(lo + batch_texts, states.n)
+        if len(batches) == max_batches or hi - lo < 2:
+            break
+        rows = slice(int(states.offsets[lo]), int(states.offsets[hi]))
+        batches.append({"token": tokens[rows].float(), "sequence": pooled[lo:hi]})
+    return batches
 
 
 # ------------------------------------------------------------------ helpers

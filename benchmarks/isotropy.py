@@ -1,0 +1,52 @@
+"""Isotropy of MiniLM's representations before and after whitening, NICE and Glow (Jung et al. Table 1).
+
+I(W) (their Eq. 3; 1 = isotropic) and the average cosine (Eq. 4; 0 = isotropic), sequence-wise (mean-pooled
+vectors, what `dense` indexes) and token-wise (last-layer token states, what `sum-of-max` and UHD's WTA layer
+read). Each transform is fit without labels on the first documents of the corpus and measured on those and
+on held-out documents (the next ones in corpus order). Prints a table and writes
+benchmarks/results/isotropy_<dataset>.json.
+
+    .venv/bin/python benchmarks/isotropy.py                                 # SciFact: fit 2,000, held out 1,000
+    .venv/bin/python benchmarks/isotropy.py --data ../shared/data/cisi --fit-docs 1000 --held-out 460
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from uhdsearch.baselines.dense_systems import isotropy_report
+from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
+from uhdsearch.io import write_json
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=None, help="BEIR collection (default: bundled SciFact)")
+    parser.add_argument("--fit-docs", type=int, default=2_000, help="fit on the first N documents")
+    parser.add_argument("--held-out", type=int, default=1_000, help="then measure on the next N too")
+    parser.add_argument("--fit-tokens", type=int, default=50_000, help="token sample for the token-wise fits")
+    parser.add_argument("--no-flows", action="store_true", help="whitening only (seconds instead of minutes)")
+    args = parser.parse_args()
+    data = load_beir(args.data or bundled_dataset_dir("scifact"), "test")
+    documents = list(data.corpus.values())
+    fit, held_out = documents[: args.fit_docs], documents[args.fit_docs: args.fit_docs + args.held_out]
+    start = time.time()
+    report = isotropy_report(fit, held_out=[d.full_text for d in held_out], flows=not args.no_flows,
+                             fit_tokens=args.fit_tokens, show_progress=True)
+    print(f"\n{data.name}: fit on {len(fit):,} documents, measured on them and on {len(held_out):,} held-out ones")
+    print(f"{'level':9s} {'method':7s} {'I(W) fit':>10s} {'avg cos':>8s} {'I(W) held':>10s} {'avg cos':>8s} {'fit s':>7s}")
+    for key, row in report.items():
+        level, method = key.split("/")
+        print(f"{level:9s} {method:7s} {row['I(W)']:10.3g} {row['avg_cos']:8.4f} {row.get('I(W) held-out', 0):10.3g} "
+              f"{row.get('avg_cos held-out', 0):8.4f} {row['seconds']:7.1f}")
+    out = RESULTS / f"isotropy_{data.name}.json"
+    write_json(out, {"dataset": data.name, "fit_documents": len(fit), "held_out_documents": len(held_out),
+                     "fit_tokens": args.fit_tokens, "rows": report, "minutes": round((time.time() - start) / 60, 1)})
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
