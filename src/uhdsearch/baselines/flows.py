@@ -133,7 +133,10 @@ def _as_tensor(X) -> torch.Tensor:
 
 
 class _Affine(nn.Module):
-    """Per-feature y = (x + bias) * exp(log_scale); data-initialised to zero mean, unit variance (ActNorm)."""
+    """Per-feature y = (x + bias) * exp(log_scale); data-initialised to zero mean, unit variance (ActNorm).
+
+    The std is floored as in _Standardize, so a dead feature does not start with a gain of 1e6.
+    """
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -142,7 +145,8 @@ class _Affine(nn.Module):
 
     def initialize(self, x: torch.Tensor) -> None:
         self.bias.copy_(-x.mean(dim=0))
-        self.log_scale.copy_(-torch.log(x.std(dim=0) + 1e-6))
+        std = x.std(dim=0)
+        self.log_scale.copy_(-torch.log(std.clamp_min(max(_DEAD * float(std.max()), 1e-30))))
 
     def forward(self, x):
         return (x + self.bias) * self.log_scale.exp(), self.log_scale.sum().expand(x.shape[0])
