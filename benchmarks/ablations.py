@@ -79,7 +79,7 @@ def run_variant(name, recipe, trained, backbone, states, data, train_data):
     elif recipe.center:
         model.center_buckets(states)
     model.eval()
-    if recipe.train_backbone_layers:  # the cached states are those of the untrained backbone
+    if recipe.train_backbone_layers and dev.get("best_dev_step") != 0:  # cached states: the untrained backbone
         encoded = model.encode_document([d.full_text for d in documents])
     else:
         encoded = model.encode_states(states)
