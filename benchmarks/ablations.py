@@ -36,6 +36,8 @@ VARIANTS: dict[str, tuple[Recipe, bool]] = {  # name -> (recipe, train?)
     "trained-l6-qrels-only": (replace(BASE, ict_per_document=0), True),
     "trained-l6-ict-only": (replace(BASE, use_train_qrels=False), True),
     "trained-l6-lr1e-3": (replace(BASE, learning_rate=1e-3), True),
+    "trained-l6-lr1e-5": (replace(BASE, learning_rate=1e-5, eval_every=50), True),
+    "trained-l6-lr5e-6": (replace(BASE, learning_rate=5e-6, eval_every=50), True),  # the paper's rate (A.1)
     "trained-l6-long": (replace(BASE, epochs=3.0, learning_rate=3e-4, max_train_minutes=25.0, eval_every=200), True),
     "untrained-l2-4-6": (replace(BASE, dim=16_384, bucket_layers=(2, 4, 6)), False),
     "trained-l2-4-6": (replace(BASE, dim=16_384, bucket_layers=(2, 4, 6)), True),
