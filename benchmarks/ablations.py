@@ -9,6 +9,7 @@ Prints a table and writes benchmarks/results/ablations_<dataset>.json.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import time
 from dataclasses import replace
@@ -70,7 +71,8 @@ def load_states(backbone, texts, max_length, cache: Path) -> TokenStates:
 def run_variant(name, recipe, trained, backbone, states, data, train_data):
     config = EncoderConfig(dim=recipe.dim, wta_k=recipe.wta_k, query_k=recipe.query_k,
                            bucket_layers=recipe.bucket_layers, document_max_length=recipe.document_max_length)
-    model = UHDEncoder(backbone, config)
+    # a variant that trains backbone layers gets its own copy, so later variants keep the frozen one
+    model = UHDEncoder(copy.deepcopy(backbone) if recipe.train_backbone_layers else backbone, config)
     documents = list(data.corpus.values())
     seconds, dev = 0.0, {}
     if trained:

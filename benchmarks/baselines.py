@@ -41,22 +41,39 @@ def main() -> None:
     data = args.data or bundled_dataset_dir("scifact")
     suffix = f"_from_{args.train_data.name}" if args.train_data else ""
     out = args.out or RESULTS / f"baselines_{data.name}{suffix}.json"
+    old = json.loads(out.read_text()) if args.merge and out.is_file() else None
+    if old is not None and old["dataset"] != data.name:
+        raise SystemExit(f"cannot merge: {out} is about {old['dataset']!r}, not {data.name!r}")
     report = run_comparison(data, args.systems, train_data_dir=args.train_data, fast=args.fast,
                             backbone=args.backbone, out_path=None if args.merge else out, overwrite=True)
     print(report.format_table())
-    if args.merge and out.is_file():
-        write_json(out, merge_results(json.loads(out.read_text()), report.results))
-    elif args.merge:
-        write_json(out, report.results)
+    if args.merge:
+        try:
+            write_json(out, report.results if old is None else merge_results(old, report.results))
+        except SystemExit:
+            side = out.with_suffix(".rerun.json")
+            write_json(side, report.results)  # the rerun is not lost
+            print(f"kept this run in {side}", file=sys.stderr)
+            raise
     print(f"wrote {out}")
 
 
+UHD_FAMILY = {"uhd-binary", "uhd-weighted", "hybrid-uhd-bm25", "rrf-uhd-bm25"}  # share one trained UHD model
+
+
 def merge_results(old: dict, new: dict) -> dict:
-    """`old` with the systems of `new` replacing or joining its rows; refuses a different collection or setting."""
+    """`old` with the systems of `new` replacing or joining its rows; refuses a different collection or setting,
+    and a rerun of part of the systems that share the trained UHD model (the rest would keep the old model)."""
     for key in ("dataset", "split", "baseline", "n_queries"):
         if old.get(key) != new.get(key):
             raise SystemExit(f"cannot merge: {key} is {old.get(key)!r} in the file but {new.get(key)!r} in this run")
-    for key in ("in_domain", "train_data", "fast", "backbone", "max_length", "k"):
+    rerun_uhd = UHD_FAMILY & set(new["systems"])
+    if rerun_uhd and (UHD_FAMILY & set(old["systems"])) - rerun_uhd:
+        raise SystemExit(f"cannot merge: rerun all of {sorted(UHD_FAMILY & set(old['systems']))} together "
+                         "(they share one trained UHD model)")
+    if set(next(iter(old["systems"].values()))) != set(next(iter(new["systems"].values()))):
+        raise SystemExit("cannot merge: the two runs report different measures")
+    for key in ("in_domain", "train_data", "fast", "backbone", "max_length", "k", "n_documents"):
         if old["config"].get(key) != new["config"].get(key):
             raise SystemExit(f"cannot merge: config {key} differs ({old['config'].get(key)!r} vs "
                              f"{new['config'].get(key)!r})")
@@ -67,7 +84,7 @@ def merge_results(old: dict, new: dict) -> dict:
     config = dict(old["config"])
     for key, value in new["config"].items():
         config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) \
-            else config.get(key, value)
+            else value
     config["rerun"] = config.get("rerun", []) + [sorted(new["systems"])]
     merged["config"] = config
     return merged

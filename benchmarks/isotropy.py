@@ -22,6 +22,10 @@ from uhdsearch.io import write_json
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def show(row: dict, key: str, spec: str) -> str:
+    return format(row[key], spec) if key in row else "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=None, help="BEIR collection (default: bundled SciFact)")
@@ -36,12 +40,15 @@ def main() -> None:
     start = time.time()
     report = isotropy_report(fit, held_out=[d.full_text for d in held_out], flows=not args.no_flows,
                              fit_tokens=args.fit_tokens, show_progress=True)
-    print(f"\n{data.name}: fit on {len(fit):,} documents, measured on them and on {len(held_out):,} held-out ones")
+    first = next(iter(report.values()))
+    print(f"\n{data.name}: fit on {len(fit):,} documents; measured on {first['texts measured']:,} of them and on "
+          f"{first.get('texts measured held-out', 0):,} held-out ones, in batches of 32")
     print(f"{'level':9s} {'method':7s} {'I(W) fit':>10s} {'avg cos':>8s} {'I(W) held':>10s} {'avg cos':>8s} {'fit s':>7s}")
     for key, row in report.items():
         level, method = key.split("/")
-        print(f"{level:9s} {method:7s} {row['I(W)']:10.3g} {row['avg_cos']:8.4f} {row.get('I(W) held-out', 0):10.3g} "
-              f"{row.get('avg_cos held-out', 0):8.4f} {row['seconds']:7.1f}")
+        print(f"{level:9s} {method:7s} {show(row, 'I(W)', '10.3g')} {show(row, 'avg_cos', '8.4f')} "
+              f"{show(row, 'I(W) held-out', '10.3g'):>10s} {show(row, 'avg_cos held-out', '8.4f'):>8s} "
+              f"{row['seconds']:7.1f}")
     out = RESULTS / f"isotropy_{data.name}.json"
     write_json(out, {"dataset": data.name, "fit_documents": len(fit), "held_out_documents": len(held_out),
                      "fit_tokens": args.fit_tokens, "rows": report, "minutes": round((time.time() - start) / 60, 1)})

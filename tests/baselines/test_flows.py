@@ -163,7 +163,8 @@ def dead_unit_states(dead_unit_backbone, mini_data):
 def test_token_wise_flow_keeps_its_scale_with_dead_units(dead_unit_backbone, dead_unit_states, caplog, kind):
     """Before NICE standardized its input, a constant feature got a gain of 1e6 in the final scaling and any
     coupling output on it dominated z (measured: log-likelihood -104 -> -207,861 nats, median |z| 638,
-    98.7% of |z|^2 in one coordinate; now -114 -> -101, 10.5 and 6%). Glow's ActNorm had the same 1e6 gain."""
+    98.7% of |z|^2 in one coordinate; now -114 -> -101, 10.5 and 6%; NICE's numbers). Glow's ActNorm had the
+    same 1e6 gain (its fit lowered the log-likelihood, -103 -> -133)."""
     tokens = dead_unit_states.layer(dead_unit_backbone.n_layers).float()
     assert float(tokens[:, DEAD_UNITS].abs().max()) == 0.0
     flow = NICE(tokens.shape[1], hidden=64, n_layers=3) if kind == "nice" else Glow(tokens.shape[1], hidden=64)
@@ -176,7 +177,8 @@ def test_token_wise_flow_keeps_its_scale_with_dead_units(dead_unit_backbone, dea
     dim = tokens.shape[1]
     assert 0.5 * dim ** 0.5 < float(norms.median()) < 2 * dim ** 0.5  # ~sqrt(dim) for a standard normal z
     assert float((z.pow(2).max(dim=1).values / norms.pow(2)).median()) < 0.2  # no coordinate dominates
-    assert float(z[:, DEAD_UNITS].abs().max()) < 5
+    if kind == "nice":  # Glow's invertible linear layers and splits mix the coordinates
+        assert float(z[:, DEAD_UNITS].abs().max()) < 5
 
 
 def test_sum_of_max_nice_ranks_like_sum_of_max_with_dead_units(dead_unit_backbone, dead_unit_states, mini_data):

@@ -112,16 +112,24 @@ def test_pooled_embedder_without_transforms_is_mean_cosine():
     assert torch.allclose(out, torch.tensor([[2 ** -0.5, 2 ** -0.5], [0.0, 1.0]]))
 
 
-def test_isotropy_report_whitening_raises_isotropy(backbone, states, mini_data):
-    held_out = [d.full_text for d in list(mini_data.corpus.values())[:40]]
-    report = isotropy_report(mini_data.corpus, backbone, states, held_out, max_length=MAX_LENGTH, flows=False,
-                             fit_tokens=5000)
+def test_isotropy_report_whitening_raises_isotropy(backbone, mini_data):
+    documents = list(mini_data.corpus.values())
+    fit, held_out = documents[:-40], [d.full_text for d in documents[-40:]]
+    report = isotropy_report(fit, backbone, None, held_out, max_length=MAX_LENGTH, flows=False, fit_tokens=5000)
     assert set(report) == {"sequence/raw", "sequence/whiten", "token/raw", "token/whiten"}
     for level in ("sequence", "token"):
         raw, white = report[f"{level}/raw"], report[f"{level}/whiten"]
+        assert raw["texts measured"] == 32 * min(32, len(fit) // 32) and raw["texts measured held-out"] == 32
         for suffix in ("", " held-out"):
-            assert 0 < raw[f"I(W){suffix}"] < white[f"I(W){suffix}"] <= 1
+            assert 0 < raw[f"I(W){suffix}"] < white[f"I(W){suffix}"] < 1
             assert abs(white[f"avg_cos{suffix}"]) < raw[f"avg_cos{suffix}"]
+        assert raw["I(W) held-out"] != pytest.approx(raw["I(W)"], rel=1e-4)  # other texts were measured
+
+
+def test_isotropy_report_needs_a_full_batch(backbone, states, mini_data):
+    with pytest.raises(ValueError, match="fewer than one batch of 32"):
+        isotropy_report(mini_data.corpus, backbone, states, ["one text", "another"], max_length=MAX_LENGTH,
+                        flows=False, fit_tokens=5000)
 
 
 def test_isotropy_is_measured_on_unit_rows_per_batch(backbone, states, mini_data):
@@ -134,7 +142,7 @@ def test_isotropy_is_measured_on_unit_rows_per_batch(backbone, states, mini_data
     seven = isotropy_report(mini_data.corpus, backbone, scaled, **kwargs)
     assert seven["token/raw"]["I(W)"] == pytest.approx(one["token/raw"]["I(W)"], rel=1e-3)
     assert seven["sequence/raw"]["I(W)"] == pytest.approx(one["sequence/raw"]["I(W)"], rel=1e-3)
-    whole = isotropy_report(mini_data.corpus, backbone, states, batch_texts=10_000, **kwargs)
+    whole = isotropy_report(mini_data.corpus, backbone, states, batch_texts=len(mini_data.corpus), **kwargs)
     assert whole["token/raw"]["I(W)"] != pytest.approx(one["token/raw"]["I(W)"], rel=1e-3)
 
 

@@ -132,6 +132,12 @@ def _as_tensor(X) -> torch.Tensor:
     return X.detach().float() if isinstance(X, torch.Tensor) else torch.from_numpy(np.asarray(X, dtype=np.float32))
 
 
+def _floored_std(x: torch.Tensor) -> torch.Tensor:
+    """Per-feature std, at least `_DEAD` of the largest (numerically constant features are not blown up)."""
+    std = x.std(dim=0)
+    return std.clamp_min(max(_DEAD * float(std.max()), 1e-30))
+
+
 class _Affine(nn.Module):
     """Per-feature y = (x + bias) * exp(log_scale); data-initialised to zero mean, unit variance (ActNorm).
 
@@ -145,8 +151,7 @@ class _Affine(nn.Module):
 
     def initialize(self, x: torch.Tensor) -> None:
         self.bias.copy_(-x.mean(dim=0))
-        std = x.std(dim=0)
-        self.log_scale.copy_(-torch.log(std.clamp_min(max(_DEAD * float(std.max()), 1e-30))))
+        self.log_scale.copy_(-torch.log(_floored_std(x)))
 
     def forward(self, x):
         return (x + self.bias) * self.log_scale.exp(), self.log_scale.sum().expand(x.shape[0])
@@ -169,9 +174,8 @@ class _Standardize(nn.Module):
         self.register_buffer("log_std", torch.zeros(dim))
 
     def initialize(self, x: torch.Tensor) -> None:
-        std = x.std(dim=0)
         self.mean.copy_(x.mean(dim=0))
-        self.log_std.copy_(torch.log(std.clamp_min(max(_DEAD * float(std.max()), 1e-30))))
+        self.log_std.copy_(torch.log(_floored_std(x)))
 
     def forward(self, x):
         return (x - self.mean) * (-self.log_std).exp(), (-self.log_std.sum()).expand(x.shape[0])
