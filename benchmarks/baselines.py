@@ -78,9 +78,8 @@ def merge_results(old: dict, new: dict) -> dict:
             raise SystemExit(f"cannot merge: config {key} differs ({old['config'].get(key)!r} vs "
                              f"{new['config'].get(key)!r})")
     merged = dict(old)
-    for key in ("systems", "p_values", "seconds"):
+    for key in ("systems", "p_values", "seconds", "shared_seconds"):
         merged[key] = {**old.get(key, {}), **new.get(key, {})}
-    merged["shared_seconds"] = {**old.get("shared_seconds", {}), **new.get("shared_seconds", {})}
     config = dict(old["config"])
     for key, value in new["config"].items():
         config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(config.get(key), dict) \

@@ -118,13 +118,7 @@ class SystemContext:
 
     def document_states(self, layers: Sequence[int] | None = None):
         """Token states of the evaluation corpus (one backbone pass; the last layer by default)."""
-        from uhdsearch.encoder.states import compute_token_states
-
-        bb = self.backbone
-        layers = tuple(sorted(set(layers or ()) | {bb.n_layers}))
-        return self.shared(f"backbone-states{list(layers)}", lambda: compute_token_states(
-            bb, [d.full_text for d in self.documents], list(layers), self.max_length,
-            show_progress=self.show_progress, desc="backbone (shared)"))
+        return self._corpus_states("backbone-states", self.documents, layers, "backbone (shared)")
 
     def source_states(self, layers: Sequence[int] | None = None):
         """Token states of the source corpus (`train_documents`), which training and every fit transform use.
@@ -136,13 +130,17 @@ class SystemContext:
         """
         if self.in_domain:
             return self.document_states(layers)
+        return self._corpus_states("source-states", self.train_documents, layers, "backbone (source)")
+
+    def _corpus_states(self, key: str, documents: list[Document], layers: Sequence[int] | None, desc: str):
+        """One shared backbone pass over `documents` for `layers` plus the last layer."""
         from uhdsearch.encoder.states import compute_token_states
 
         bb = self.backbone
         layers = tuple(sorted(set(layers or ()) | {bb.n_layers}))
-        return self.shared(f"source-states{list(layers)}", lambda: compute_token_states(
-            bb, [d.full_text for d in self.train_documents], list(layers), self.max_length,
-            show_progress=self.show_progress, desc="backbone (source)"))
+        return self.shared(f"{key}{list(layers)}", lambda: compute_token_states(
+            bb, [d.full_text for d in documents], list(layers), self.max_length,
+            show_progress=self.show_progress, desc=desc))
 
     def dev(self) -> tuple[list[Query], Qrels] | None:
         """Dev queries for tuning (never the test split): up to 200 train-split queries of this collection."""

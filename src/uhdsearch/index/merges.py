@@ -84,7 +84,7 @@ def start_background_merge(
     return BackgroundMerge(directory, groups, names, index_class, encoder_digest)
 
 
-def check_max_segments(value, name: str, allow_none: bool) -> int | None:
+def positive_int(value, name: str, allow_none: bool = False) -> int | None:
     """`value` as an int after checking it is a positive integer (or None when `allow_none`)."""
     if value is None and allow_none:
         return None

@@ -21,7 +21,7 @@ from uhdsearch.index.additions import check_additions
 from uhdsearch.index.deletions import LiveDocuments, visible_doc_ids
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex, check_search_args
 from uhdsearch.index.leftovers import leftovers, referenced_by_any_commit, remove
-from uhdsearch.index.merges import BackgroundMerge, check_max_segments, merge_segments, start_background_merge
+from uhdsearch.index.merges import BackgroundMerge, merge_segments, positive_int, start_background_merge
 from uhdsearch.index.segment_search import Part, live_document_frequencies, search_parts
 from uhdsearch.sparse import SparseEncoding
 
@@ -51,7 +51,7 @@ class SegmentedIndex:
         self._segments = segments
         self._lock = lock
         self._index_class: type[InvertedIndex] = WeightedIndex if body["variant"] == "weighted" else BinaryIndex
-        self.max_segments = check_max_segments(max_segments, "max_segments", allow_none=True)
+        self.max_segments = positive_int(max_segments, "max_segments", allow_none=True)
         self.background_merges = bool(background_merges)
         self._background: BackgroundMerge | None = None
         self._next_segment = max(body["next_segment"], cp.max_segment_number(directory) + 1)
@@ -79,8 +79,7 @@ class SegmentedIndex:
         if variant not in fmt.VARIANTS:
             raise ValueError(f"variant={variant!r}; choose one of {fmt.VARIANTS}")
         for name, value in (("dim", dim), ("n_buckets", n_buckets)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
+            positive_int(value, name)
         directory = Path(path)
         body = {"generation": 1, "variant": variant, "dim": int(dim), "n_buckets": int(n_buckets),
                 "encoder_digest": encoder_digest, "next_segment": 0, "n_documents": 0, "segments": []}
@@ -270,7 +269,7 @@ class SegmentedIndex:
         Old segments are removed only after the new commit is durable. Returns the new generation.
         """
         self._check_writable()
-        max_segments = check_max_segments(max_segments, "max_segments", allow_none=False)
+        max_segments = positive_int(max_segments, "max_segments")
         self._flush()
         self._swap_in_finished_merge()  # one still running is discarded if this merge takes its segments
         self._merge(max_segments)
@@ -294,7 +293,7 @@ class SegmentedIndex:
             >>> # merge = index.merge_in_background(); index.delete(["d7"]); merge.wait(); index.commit()
         """
         self._check_writable()
-        max_segments = check_max_segments(max_segments, "max_segments", allow_none=False)
+        max_segments = positive_int(max_segments, "max_segments")
         if self._background is not None:
             raise RuntimeError(f"{self._background!r} is still under way; call its wait() and then commit() "
                                "before starting another")
