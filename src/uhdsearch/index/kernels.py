@@ -17,7 +17,8 @@ from numba.extending import intrinsic
 
 from uhdsearch.index.codec import BLOCK
 
-CHUNK = 32768  # documents per chunk: counters and scores stay in L2; a multiple of 64
+CHUNK = 131072  # documents per chunk (a multiple of 64): counters stay in L2, and each bitmap row is read
+# in 16 KB runs (4 KB runs, one page, left the hardware prefetcher cold: 1M docs 10.0 -> 8.8 ms per query)
 MAX_PLANES = 32
 
 
@@ -111,74 +112,98 @@ def _csa(a, b, c):
     return t ^ c, (a & b) | (c & t)
 
 
+@numba.njit(cache=True, inline="always")
+def _ripple(planes, cw, j, n_planes, n_w, carry):
+    """Add the carry words into planes j, j+1, ... until no carry is left (or the top plane)."""
+    while j < n_planes:
+        plane = planes[j * cw:j * cw + n_w]
+        left = np.uint64(0)
+        for w in range(n_w):
+            p = plane[w]
+            c = carry[w]
+            plane[w] = p ^ c
+            c &= p
+            carry[w] = c
+            left |= c
+        if left == 0:
+            return
+        j += 1
+
+
 @numba.njit(cache=True)
-def _accumulate_bitmaps(bitmaps, bases, n_w, w0, n_planes, planes):
+def _accumulate_bitmaps(bitmaps, bases, n_w, w0, n_planes, planes, cw, carry):
     """Set planes to the per-document counts of the bitmaps whose rows start at `bases`, for words w0..w0+n_w.
 
-    Bit-sliced: plane j holds bit j of 64 documents' counts (word w's planes at planes[w n_planes:]). Groups of
-    15 bitmap words reduce to a 4-bit count per document with 11 carry-save adders before one add into the
-    planes; the last, partial group is added one bitmap at a time with a ripple carry.
+    Bit-sliced: plane j holds bit j of 64 documents' counts; word w's plane j is planes[j cw + w]. Plane-major,
+    so that every loop below walks contiguous words and compiles to SIMD (the word-major layout with a per-word
+    carry loop was 3.4x slower). Groups of 15 bitmap rows reduce to a 4-bit count per document with 11
+    carry-save adders, added into planes 0-3; the carry out of plane 3 ripples up one plane per pass.
     """
-    planes[:n_w * n_planes] = 0
+    for j in range(n_planes):
+        planes[j * cw:j * cw + n_w] = 0
+    p0 = planes[0:n_w]
+    p1 = planes[cw:cw + n_w]
+    p2 = planes[2 * cw:2 * cw + n_w]
+    p3 = planes[3 * cw:3 * cw + n_w]
     n_full = bases.shape[0] // 15 * 15
     for g in range(0, n_full, 15):
-        b0, b1, b2, b3, b4 = bases[g:g + 5] + w0
-        b5, b6, b7, b8, b9 = bases[g + 5:g + 10] + w0
-        b10, b11, b12, b13, b14 = bases[g + 10:g + 15] + w0
+        # slices, not base + w: the index is then provably in range, which lets LLVM vectorize the loop
+        r0 = bitmaps[bases[g] + w0:bases[g] + w0 + n_w]
+        r1 = bitmaps[bases[g + 1] + w0:bases[g + 1] + w0 + n_w]
+        r2 = bitmaps[bases[g + 2] + w0:bases[g + 2] + w0 + n_w]
+        r3 = bitmaps[bases[g + 3] + w0:bases[g + 3] + w0 + n_w]
+        r4 = bitmaps[bases[g + 4] + w0:bases[g + 4] + w0 + n_w]
+        r5 = bitmaps[bases[g + 5] + w0:bases[g + 5] + w0 + n_w]
+        r6 = bitmaps[bases[g + 6] + w0:bases[g + 6] + w0 + n_w]
+        r7 = bitmaps[bases[g + 7] + w0:bases[g + 7] + w0 + n_w]
+        r8 = bitmaps[bases[g + 8] + w0:bases[g + 8] + w0 + n_w]
+        r9 = bitmaps[bases[g + 9] + w0:bases[g + 9] + w0 + n_w]
+        r10 = bitmaps[bases[g + 10] + w0:bases[g + 10] + w0 + n_w]
+        r11 = bitmaps[bases[g + 11] + w0:bases[g + 11] + w0 + n_w]
+        r12 = bitmaps[bases[g + 12] + w0:bases[g + 12] + w0 + n_w]
+        r13 = bitmaps[bases[g + 13] + w0:bases[g + 13] + w0 + n_w]
+        r14 = bitmaps[bases[g + 14] + w0:bases[g + 14] + w0 + n_w]
         for w in range(n_w):
-            a1, c1 = _csa(bitmaps[b0 + w], bitmaps[b1 + w], bitmaps[b2 + w])
-            a2, c2 = _csa(bitmaps[b3 + w], bitmaps[b4 + w], bitmaps[b5 + w])
-            a3, c3 = _csa(bitmaps[b6 + w], bitmaps[b7 + w], bitmaps[b8 + w])
-            a4, c4 = _csa(bitmaps[b9 + w], bitmaps[b10 + w], bitmaps[b11 + w])
-            a5, c5 = _csa(bitmaps[b12 + w], bitmaps[b13 + w], bitmaps[b14 + w])
+            a1, c1 = _csa(r0[w], r1[w], r2[w])
+            a2, c2 = _csa(r3[w], r4[w], r5[w])
+            a3, c3 = _csa(r6[w], r7[w], r8[w])
+            a4, c4 = _csa(r9[w], r10[w], r11[w])
+            a5, c5 = _csa(r12[w], r13[w], r14[w])
             e1, d1 = _csa(a1, a2, a3)
             s0, d2 = _csa(a4, a5, e1)
             f1, g1 = _csa(c1, c2, c3)
             f2, g2 = _csa(c4, c5, d1)
             s1, g3 = _csa(f1, f2, d2)
             s2, s3 = _csa(g1, g2, g3)
-            # add the 4-bit number (s3 s2 s1 s0) into the planes, then ripple the carry
-            q = w * n_planes
-            p = planes[q]
-            carry = p & s0
-            planes[q] = p ^ s0
-            p = planes[q + 1]
+            # add the 4-bit number (s3 s2 s1 s0) into planes 0-3
+            p = p0[w]
+            c = p & s0
+            p0[w] = p ^ s0
+            p = p1[w]
             t = p ^ s1
-            planes[q + 1] = t ^ carry
-            carry = (p & s1) | (carry & t)
-            p = planes[q + 2]
+            p1[w] = t ^ c
+            c = (p & s1) | (c & t)
+            p = p2[w]
             t = p ^ s2
-            planes[q + 2] = t ^ carry
-            carry = (p & s2) | (carry & t)
-            p = planes[q + 3]
+            p2[w] = t ^ c
+            c = (p & s2) | (c & t)
+            p = p3[w]
             t = p ^ s3
-            planes[q + 3] = t ^ carry
-            carry = (p & s3) | (carry & t)
-            j = 4
-            while carry:
-                p = planes[q + j]
-                planes[q + j] = p ^ carry
-                carry &= p
-                j += 1
+            p3[w] = t ^ c
+            carry[w] = (p & s3) | (c & t)
+        _ripple(planes, cw, 4, n_planes, n_w, carry)
     for g in range(n_full, bases.shape[0]):
-        base = bases[g] + w0
-        for w in range(n_w):
-            x = bitmaps[base + w]
-            q = w * n_planes
-            while x:
-                carry = planes[q] & x
-                planes[q] ^= x
-                x = carry
-                q += 1
+        carry[:n_w] = bitmaps[bases[g] + w0:bases[g] + w0 + n_w]
+        _ripple(planes, cw, 0, n_planes, n_w, carry)
 
 
 @numba.njit(cache=True, inline="always")
-def _planes_max(planes, q, n_planes):
-    """Largest count held by the 64 vertical counters of one word."""
+def _planes_max(planes, q, cw, n_planes):
+    """Largest count held by the 64 vertical counters of one word (its plane j at planes[q + j cw])."""
     candidates = ~np.uint64(0)
     largest = 0
     for j in range(n_planes - 1, -1, -1):
-        t = planes[q + j] & candidates
+        t = planes[q + j * cw] & candidates
         if t:
             candidates = t
             largest |= 1 << j
@@ -186,13 +211,35 @@ def _planes_max(planes, q, n_planes):
 
 
 @numba.njit(cache=True, inline="always")
-def _planes_extract(planes, q, n_planes, counts, at):
+def _planes_extract(planes, q, cw, n_planes, counts, at):
     for plane in range(n_planes):
-        x = planes[q + plane]
+        x = planes[q + plane * cw]
         while x:
             bit = _trailing_zeros(x)
             counts[at + bit] += 1 << plane
             x &= x - np.uint64(1)
+
+
+@numba.njit(cache=True)
+def _at_least(planes, q, cw, n_planes, n_w, need, hits, equal):
+    """hits[w] = the documents of word w whose bit-sliced count is >= need (< 2**n_planes), all words at once.
+
+    A comparator from the top plane down: `equal` keeps the documents whose high bits so far equal need's,
+    `hits` gathers those already above it. Loops over contiguous words, so it vectorizes like the adder.
+    """
+    hits[:n_w] = 0
+    equal[:n_w] = ~np.uint64(0)
+    for j in range(n_planes - 1, -1, -1):
+        plane = planes[q + j * cw:q + j * cw + n_w]
+        if (need >> j) & 1:
+            for w in range(n_w):
+                equal[w] &= plane[w]
+        else:
+            for w in range(n_w):
+                hits[w] |= equal[w] & plane[w]
+                equal[w] &= ~plane[w]
+    for w in range(n_w):
+        hits[w] |= equal[w]
 
 
 @numba.njit(cache=True)
@@ -276,14 +323,46 @@ def _add_lists(indptr, rows, block_ptr, payload_ptr, blocks, payload, weights, q
 
 
 @numba.njit(cache=True)
+def _sole_bucket_hits(planes, q, cw, n_planes, n_w, m, n_lists, weight, list_counts, hits, equal, deleted, c0,
+                      size, k, out_scores, out_docs):
+    """Offer the chunk's documents that can beat the full heap, scored by one bucket; returns the heap size."""
+    need = 0  # smallest bitmap count whose best total (every list dim too) beats the heap's worst
+    while need < (1 << n_planes) and weight * np.float64(n_lists + need) <= out_scores[0]:
+        need += 1
+    if need == 1 << n_planes:
+        return size
+    _at_least(planes, q, cw, n_planes, n_w, need, hits, equal)
+    for w in range(n_w):
+        x = hits[w]
+        while x:
+            bit = _trailing_zeros(x)
+            x &= x - np.uint64(1)
+            i = w * 64 + bit
+            if i >= m:
+                break
+            count = np.int64(list_counts[i])
+            for j in range(n_planes):
+                count += np.int64((planes[q + j * cw + w] >> np.uint64(bit)) & np.uint64(1)) << j
+            score = 0.0 + weight * np.float64(count)  # as the general path sums it
+            if score > out_scores[0]:
+                if deleted.shape[0] and deleted[c0 + i]:
+                    continue
+                size = _push(out_scores, out_docs, size, k, score, c0 + i)
+    return size
+
+
+@numba.njit(cache=True)
 def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
                   qptr, qdims, qvals, bucket_weights, weighted, lo, hi, deleted, k, out_docs, out_scores):
     n_buckets = bucket_weights.shape[0]
-    chunk_words = CHUNK // 64
-    total = np.zeros(CHUNK, np.float64)
-    values = np.zeros(CHUNK, np.float64)
-    counts = np.zeros(n_buckets * CHUNK, np.int32)
+    chunk = max(64, min(CHUNK, (hi - lo + 63) // 64 * 64))  # small indexes need no full-size scratch
+    chunk_words = chunk // 64
+    total = np.zeros(chunk if weighted else 0, np.float64)
+    values = np.zeros(chunk if weighted else 0, np.float64)
+    counts = np.zeros(n_buckets * chunk, np.int32)
     planes = np.zeros(n_buckets * chunk_words * MAX_PLANES, np.uint64)
+    carry = np.zeros(chunk_words, np.uint64)
+    hits = np.zeros(chunk_words, np.uint64)
     size = 0
     c_off = qptr[0]
     # per query entry: next block of a list dim, or next weight of a bitmap dim
@@ -322,8 +401,18 @@ def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, block
         while (1 << n) <= at - bases_ptr[b]:
             n += 1
         n_planes[b] = n
-    for c0 in range(lo, hi, CHUNK):
-        c1 = min(c0 + CHUNK, hi)
+    # the one bucket that scores a binary query, when there is one (the usual single-bucket model): its
+    # candidates come from a vectorized comparator instead of a per-word bound
+    sole = -1
+    n_active = 0
+    for b in range(n_buckets):
+        if bucket_weights[b] != 0.0 and qptr[b + 1] > qptr[b]:
+            n_active += 1
+            sole = b
+    if weighted or n_active != 1 or bucket_weights[sole] < 0.0 or bases_ptr[sole + 1] == bases_ptr[sole]:
+        sole = -1
+    for c0 in range(lo, hi, chunk):
+        c1 = min(c0 + chunk, hi)
         m = c1 - c0
         w0 = c0 // 64
         n_w = (m + 63) // 64
@@ -335,11 +424,11 @@ def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, block
             if weighted:
                 values[:m] = 0.0
             else:
-                counts[b * CHUNK:b * CHUNK + m] = 0
+                counts[b * chunk:b * chunk + m] = 0
             _add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
                        weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
                        weighted,
-                       counts[b * CHUNK:(b + 1) * CHUNK], values)
+                       counts[b * chunk:(b + 1) * chunk], values)
             if weighted:
                 if bases_ptr[b + 1] > bases_ptr[b]:
                     _add_bitmaps_weighted(bitmaps[b], weights[b], indptrs[b], bitmap_rows[b], qdims, qvals, qptr[b],
@@ -349,7 +438,8 @@ def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, block
                     total[i] += weight_b * values[i]
             elif bases_ptr[b + 1] > bases_ptr[b]:
                 _accumulate_bitmaps(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], n_w, w0, n_planes[b],
-                                    planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES])
+                                    planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES],
+                                    chunk_words, carry)
         if weighted:
             for i in range(m):
                 score = total[i]
@@ -357,6 +447,11 @@ def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, block
                     if deleted.shape[0] and deleted[c0 + i]:
                         continue
                     size = _push(out_scores, out_docs, size, k, score, c0 + i)
+            continue
+        if sole >= 0 and size == k:
+            size = _sole_bucket_hits(planes, sole * chunk_words * MAX_PLANES, chunk_words, n_planes[sole], n_w, m,
+                                     n_lists[sole], bucket_weights[sole], counts[sole * chunk:(sole + 1) * chunk],
+                                     hits, carry, deleted, c0, size, k, out_scores, out_docs)
             continue
         for w in range(n_w):
             if size == k:
@@ -368,19 +463,19 @@ def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, block
                         continue
                     largest = n_lists[b]
                     if bases_ptr[b + 1] > bases_ptr[b]:
-                        largest += _planes_max(planes, b * chunk_words * MAX_PLANES + w * n_planes[b], n_planes[b])
+                        largest += _planes_max(planes, b * chunk_words * MAX_PLANES + w, chunk_words, n_planes[b])
                     bound += weight_b * np.float64(largest)
                 if bound <= out_scores[0]:
                     continue
             for b in range(n_buckets):
                 if bases_ptr[b + 1] > bases_ptr[b] and bucket_weights[b] != 0.0:
-                    _planes_extract(planes, b * chunk_words * MAX_PLANES + w * n_planes[b], n_planes[b], counts,
-                                    b * CHUNK + w * 64)
+                    _planes_extract(planes, b * chunk_words * MAX_PLANES + w, chunk_words, n_planes[b], counts,
+                                    b * chunk + w * 64)
             for i in range(w * 64, min(w * 64 + 64, m)):
                 score = 0.0
                 for b in range(n_buckets):
                     if bucket_weights[b] != 0.0 and qptr[b + 1] > qptr[b]:
-                        score += bucket_weights[b] * np.float64(counts[b * CHUNK + i])
+                        score += bucket_weights[b] * np.float64(counts[b * chunk + i])
                 if score > 0.0 and (size < k or score > out_scores[0]):
                     if deleted.shape[0] and deleted[c0 + i]:
                         continue
