@@ -117,7 +117,7 @@ def _split(mini, out):
     return out / "target", out / "source"
 
 
-FITTED = "dense+whiten-seq,dense+whiten-tok,uhd-binary+whiten,de-32"
+FITTED = "dense+whiten-seq,dense+whiten-tok,uhd-binary+whiten,sum-of-max+whiten,de-32"
 
 
 @pytest.fixture(scope="module")
@@ -188,9 +188,16 @@ def test_out_of_domain_fits_whitening_on_the_source_corpus(out_of_domain, collec
     assert np.allclose(whitening.mean, source_tokens.mean(0).numpy(), atol=1e-4)
     assert np.abs(whitening.mean - target_tokens.mean(0).numpy()).max() > 0.01
 
+    # Sum-of-max re-ranks target documents with token states whitened by the source's statistics.
+    reranker = systems["sum-of-max+whiten"]
+    whitening = reranker.token_transform.__self__
+    assert np.allclose(whitening.mean, source_tokens.mean(0).numpy(), atol=1e-4)
+    assert np.abs(whitening.mean - target_tokens.mean(0).numpy()).max() > 0.01
+    assert reranker.doc_ids == list(load_beir(target, "test").corpus)
+
     notes = out_of_domain.results["config"]["dense_family"]
     n_source = len(source_documents)
-    for name in ("dense+whiten-seq", "dense+whiten-tok", "uhd-binary+whiten"):
+    for name in ("dense+whiten-seq", "dense+whiten-tok", "uhd-binary+whiten", "sum-of-max+whiten"):
         assert notes[name] == {"fit_on": f"source (source corpus, {n_source:,} documents)"}
     assert out_of_domain.results["shared_seconds"].keys() >= {"backbone-states[2]", "source-states[2]"}
 

@@ -278,6 +278,7 @@ register("rrf-uhd-bm25")(lambda ctx: _hybrid(ctx, "uhd-binary", "bm25", "rrf-uhd
 # The dense family (DE-k, ME-m, sum-of-max, whitening, flows) from uhdsearch.baselines.dense_systems.
 # These fit unsupervised post-processing (whitening, flows, WTA centering) on the source corpus.
 FIT_ON_SOURCE = frozenset({"dense+whiten-seq", "dense+whiten-tok", "dense+nice", "dense+glow",
+                           "sum-of-max+whiten", "sum-of-max+nice", "sum-of-max+glow",
                            "uhd-binary-untrained", "uhd-binary+whiten"})
 
 
@@ -291,8 +292,6 @@ def _dense_family(name: str, builder: Callable[..., Any]) -> Builder:
         if name in FIT_ON_SOURCE:
             options["fit_states"] = ctx.source_states()
             notes[name] = {"fit_on": source}
-        elif name.startswith("sum-of-max+"):  # still fit on the evaluated corpus: its builder has no fit_states
-            notes[name] = {"fit_on": f"{ctx.data.name} (evaluated corpus, {len(ctx.documents):,} documents)"}
         train = ctx.train_data
         if name.startswith(("de-", "me-")):
             labelled = f"{ctx.source_name}/train qrels + " if train else ""

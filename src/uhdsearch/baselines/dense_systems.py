@@ -209,11 +209,12 @@ def build_me(corpus, queries_train=None, qrels_train=None, backbone_dir: Backbon
 def build_sum_of_max(corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
                      states: TokenStates | None = None, *, max_length: int = 256, show_progress: bool = False,
                      first_stage=None, depth: int = 100, transform: Literal["whiten", "nice", "glow"] | None = None,
-                     fit_tokens: int = 50_000) -> SumOfMaxReranker:
+                     fit_tokens: int = 50_000, fit_states: TokenStates | None = None) -> SumOfMaxReranker:
     """`sum-of-max`: cosine late interaction over last-layer token states, re-ranking a first stage's top `depth`.
 
     first_stage defaults to BM25 (uhdsearch's BM25Retriever); `transform` adds token-wise post-processing
-    (Jung et al. Table 1 applies it to ColBERT), fit on a sample of `fit_tokens` corpus tokens.
+    (Jung et al. Table 1 applies it to ColBERT), fit on a sample of `fit_tokens` tokens of `fit_states`
+    (e.g. another collection's documents) if given, else of the corpus.
     """
     backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
     if first_stage is None:
@@ -222,7 +223,7 @@ def build_sum_of_max(corpus, queries_train=None, qrels_train=None, backbone_dir:
         first_stage = BM25Retriever.build(documents, show_progress=False)
     token_transform, name = None, "sum-of-max"
     if transform is not None:
-        sample = sample_tokens(states.layer(backbone.n_layers), fit_tokens)
+        sample = sample_tokens(_fit(states, fit_states).layer(backbone.n_layers), fit_tokens)
         if transform == "whiten":
             token_transform = Whitening.fit(sample).transform
         else:
