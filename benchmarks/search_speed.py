@@ -150,9 +150,18 @@ def build_synthetic(profile: DensityProfile, queries: SparseEncoding, n_docs: in
     when they fit `raw_max_bytes`, and the exact top-k of a query sample (the oracle). Cached by key."""
     from uhdsearch.index.writer import IndexWriter
 
+    from uhdsearch.index.codec import DEFAULT_BITMAP_BIAS
+
     directory = work_dir / f"n{n_docs}-seed{seed}-{stats_digest}"
     if (directory / "done.json").is_file():
-        return directory
+        biases = {json.loads((directory / f"uhd-{v}" / "index_meta.json").read_text()).get("bitmap_bias")
+                  for v in ("binary", "weighted")}
+        if biases == {DEFAULT_BITMAP_BIAS}:
+            return directory
+        # an index cached by an older version with another layout would be timed as if it were today's
+        log(f"{directory.name}: cached indexes have bitmap_bias {sorted(biases, key=str)}, not "
+            f"{DEFAULT_BITMAP_BIAS}: generating again")
+        (directory / "done.json").unlink()
     directory.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     synth = SyntheticPostings(profile, n_docs, seed=seed)

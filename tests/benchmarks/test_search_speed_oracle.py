@@ -61,3 +61,24 @@ def test_recall_counts_tied_documents_as_correct(bench):
     ties = [np.arange(12)]  # 12 documents share the 10th best score
     assert bench.recall_vs_exact(np.array([[11, 10, 9, 8, 7, 6, 5, 4, 3, 2]]), ties) == 1.0
     assert bench.recall_vs_exact(np.array([[0, 1, 2, 3, 4, 50, 51, 52, 53, -1]]), ties) == 0.5
+
+
+def test_cached_indexes_of_another_layout_are_generated_again(bench, tmp_path):
+    import json
+
+    from uhdsearch.index.codec import DEFAULT_BITMAP_BIAS
+    from uhdsearch.sparse import SparseEncoding
+
+    rng = np.random.default_rng(1)
+    profile = DensityProfile(rng.uniform(0, 0.3, 200), rng.integers(20, 60, 100), np.linspace(0.01, 0.2, 11))
+    queries = SparseEncoding([sp.random(4, 200, density=0.1, format="csr", random_state=2, dtype=np.float32)])
+    directory = bench.build_synthetic(profile, queries, 500, 0, tmp_path, "test", 1e9)
+    done = (directory / "done.json").stat().st_mtime_ns
+    assert bench.build_synthetic(profile, queries, 500, 0, tmp_path, "test", 1e9) == directory
+    assert (directory / "done.json").stat().st_mtime_ns == done  # reused
+    meta_path = directory / "uhd-binary" / "index_meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps(dict(meta, bitmap_bias=1.0)))  # as an older version wrote it
+    bench.build_synthetic(profile, queries, 500, 0, tmp_path, "test", 1e9)
+    assert json.loads(meta_path.read_text())["bitmap_bias"] == DEFAULT_BITMAP_BIAS
+    assert (directory / "done.json").stat().st_mtime_ns != done
