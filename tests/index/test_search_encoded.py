@@ -84,3 +84,15 @@ def test_bad_arguments_are_named():
         binary.search_encoded(docs, 3, [1.0], "binary", deleted=np.zeros(4, bool))
     with pytest.raises(ValueError, match="n_threads=0 must be a positive integer"):
         binary.search_encoded(docs, 3, [1.0], "binary", n_threads=0)
+
+
+def test_one_query_is_split_between_threads_only_when_each_gets_enough_documents(monkeypatch):
+    from uhdsearch.index import dispatch
+
+    monkeypatch.setattr(dispatch, "MIN_DOCUMENTS_PER_THREAD", 32_768)  # conftest lowers it for tiny indexes
+    assert dispatch.ranges_per_query(1, 2, 10_000_000) == 2
+    assert dispatch.ranges_per_query(1, 4, 10_000_000) == 4
+    assert dispatch.ranges_per_query(8, 2, 10_000_000) == 1  # many queries: one task per query instead
+    assert dispatch.ranges_per_query(1, 2, 65_535) == 1
+    assert dispatch.ranges_per_query(1, 2, 65_536) == 2
+    assert dispatch.ranges_per_query(1, 1, 10_000_000) == 1

@@ -8,6 +8,8 @@ import numpy as np
 
 from uhdsearch.index.kernels import run_tasks
 
+MIN_DOCUMENTS_PER_THREAD = 32_768
+
 def query_arrays(queries, n_buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Interleave per-bucket CSR rows into (qptr, qdims int64, qvals float32) ordered by (query, bucket)."""
     lengths = np.stack([np.diff(m.indptr) for m in queries.buckets], axis=1).astype(np.int64)  # (n_q, n_b)
@@ -27,6 +29,14 @@ def range_bounds(n_documents: int, n_ranges: int) -> np.ndarray:
     words = (n_documents + 63) // 64
     cuts = [min(n_documents, (words * r // n_ranges) * 64) for r in range(n_ranges)]
     return np.array(cuts + [n_documents], np.int64)
+
+
+def ranges_per_query(n_queries: int, n_threads: int, n_documents: int) -> int:
+    """Document ranges each query is split into: one per thread for fewer queries than threads, if each range
+    gets MIN_DOCUMENTS_PER_THREAD (at 10k documents 2 threads took 0.39 ms against 0.29 ms on one); many
+    queries run one query per task instead."""
+    n_ranges = n_threads if n_queries < n_threads else 1
+    return max(1, min(n_ranges, n_documents // MIN_DOCUMENTS_PER_THREAD, (n_documents + 63) // 64))
 
 
 def merge_heaps(docs: np.ndarray, scores: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -58,9 +68,7 @@ def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted:
         return np.full((n_q, depth), -1, np.int64), np.zeros((n_q, depth))
     n_buckets = len(buckets)
     qptr, qdims, qvals = query_arrays(queries, n_buckets)
-    # one query: split the documents between threads; many: one query per task
-    n_ranges = n_threads if n_q < n_threads else 1
-    n_ranges = max(1, min(n_ranges, (n_documents + 63) // 64))
+    n_ranges = ranges_per_query(n_q, n_threads, n_documents)
     bounds = range_bounds(n_documents, n_ranges)
     out_docs = np.empty((n_q, n_ranges, depth), np.int64)
     out_scores = np.empty((n_q, n_ranges, depth), np.float64)

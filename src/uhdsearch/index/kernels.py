@@ -340,7 +340,7 @@ def _sole_bucket_hits(planes, q, cw, n_planes, n_w, m, n_lists, weight, list_cou
             i = w * 64 + bit
             if i >= m:
                 break
-            count = np.int64(list_counts[i])
+            count = np.int64(list_counts[i]) if n_lists > 0 else np.int64(0)
             for j in range(n_planes):
                 count += np.int64((planes[q + j * cw + w] >> np.uint64(bit)) & np.uint64(1)) << j
             score = 0.0 + weight * np.float64(count)  # as the general path sums it
@@ -423,7 +423,7 @@ def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, block
                 continue
             if weighted:
                 values[:m] = 0.0
-            else:
+            elif not (b == sole and size == k and n_lists[b] == 0):  # the sole-bucket path reads no counts then
                 counts[b * chunk:b * chunk + m] = 0
             _add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
                        weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
