@@ -215,8 +215,10 @@ def test_a_failed_merge_warns_at_commit_and_changes_nothing(tmp_path, monkeypatc
     (path / "seg_2" / "stray").write_text("x")
     gate.release.set()
     assert merge.wait(30) and merge.state == "failed" and isinstance(merge.error, FileExistsError)
-    with pytest.warns(UserWarning, match=r"background merge of seg_0, seg_1 failed \(FileExistsError.*discarded"):
+    failed = r"background merge of seg_0, seg_1 failed \(FileExistsError.*discarded"
+    with pytest.warns(UserWarning, match=failed) as caught:
         index.commit()
+    assert caught[0].filename == __file__  # points at the caller's commit(), not into uhdsearch
     assert index.n_segments == 2 and not (path / "seg_2").exists()
     assert_equals_fresh_build(index, expected, random_encoding(rng, 6, density=0.3))
     index.close()

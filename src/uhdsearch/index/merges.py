@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -154,14 +153,11 @@ class BackgroundMerge:
 
         Call once `done()`. Deletions only ever set bits, so a row live in the snapshot but deleted now was
         deleted while the merge ran: it is marked deleted in the merged segment too. The merge is discarded
-        when it failed (with a warning) or when a source is no longer in `segments` (fully deleted and dropped, or
-        merged again).
+        when it failed (its owner warns: `state` is then "failed") or when a source is no longer in `segments`
+        (fully deleted and dropped, or merged again).
         """
         if self.state == "failed":
             self._state = "failed"
-            # stacklevel: swap_into <- SegmentedIndex._swap_in_finished_merge <- commit or merge <- the caller
-            warnings.warn(f"the background merge of {', '.join(self.sources)} failed ({self.error!r}); it was "
-                          "discarded and the index is unchanged", stacklevel=4)
             return None
         positions = {id(s): i for i, s in enumerate(segments)}
         if any(id(s) not in positions for group in self._groups for s in group):

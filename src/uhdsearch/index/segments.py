@@ -373,7 +373,11 @@ class SegmentedIndex:
         if merge is None or not merge.done():
             return
         self._background = None  # from here on its files are ordinary leftovers unless a commit names them
-        swapped = merge.swap_into(self._segments)  # None (and a warning if it failed) when discarded
+        swapped = merge.swap_into(self._segments)  # None when discarded
+        if merge.state == "failed":
+            # stacklevel: _swap_in_finished_merge <- commit or merge <- the caller
+            warnings.warn(f"the background merge of {', '.join(merge.sources)} failed ({merge.error!r}); it was "
+                          "discarded and the index is unchanged", stacklevel=3)
         if swapped is not None:
             self._segments = swapped
             self._live.forget()
