@@ -148,9 +148,8 @@ def build_synthetic(profile: DensityProfile, queries: SparseEncoding, n_docs: in
                     stats_digest: str, raw_max_bytes: float) -> Path:
     """Generate postings for n_docs documents into a binary and a weighted index (streaming), the raw postings
     when they fit `raw_max_bytes`, and the exact top-k of a query sample (the oracle). Cached by key."""
-    from uhdsearch.index.writer import IndexWriter
-
     from uhdsearch.index.codec import DEFAULT_BITMAP_BIAS
+    from uhdsearch.index.writer import IndexWriter
 
     directory = work_dir / f"n{n_docs}-seed{seed}-{stats_digest}"
     if (directory / "done.json").is_file():

@@ -340,7 +340,7 @@ def _sole_bucket_hits(planes, q, cw, n_planes, n_w, m, n_lists, weight, list_cou
             bit = _trailing_zeros(x)
             x &= x - np.uint64(1)
             i = w * 64 + bit
-            if i >= m:
+            if i >= m:  # bits come out in ascending order; need == 0 sets the bits past the last document too
                 break
             count = np.int64(list_counts[i]) if n_lists > 0 else np.int64(0)
             for j in range(n_planes):
@@ -418,6 +418,7 @@ def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, block
         m = c1 - c0
         w0 = c0 // 64
         n_w = (m + 63) // 64
+        comparator = sole >= 0 and size == k  # the heap only grows: decided once per chunk, used twice below
         if weighted:
             total[:m] = 0.0
         for b in range(n_buckets):
@@ -425,7 +426,7 @@ def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, block
                 continue
             if weighted:
                 values[:m] = 0.0
-            elif not (b == sole and size == k and n_lists[b] == 0):  # the sole-bucket path reads no counts then
+            elif not (b == sole and comparator and n_lists[b] == 0):  # that path reads no counts then
                 counts[b * chunk:b * chunk + m] = 0
             _add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
                        weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
@@ -450,7 +451,7 @@ def _search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, block
                         continue
                     size = _push(out_scores, out_docs, size, k, score, c0 + i)
             continue
-        if sole >= 0 and size == k:
+        if comparator:  # `carry` is free again: it serves as the comparator's scratch
             size = _sole_bucket_hits(planes, sole * chunk_words * MAX_PLANES, chunk_words, n_planes[sole], n_w, m,
                                      n_lists[sole], bucket_weights[sole], counts[sole * chunk:(sole + 1) * chunk],
                                      hits, carry, deleted, c0, size, k, out_scores, out_docs)
