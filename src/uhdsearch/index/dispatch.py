@@ -10,6 +10,7 @@ from uhdsearch.index.kernels import run_tasks
 
 MIN_DOCUMENTS_PER_THREAD = 32_768
 
+
 def query_arrays(queries, n_buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Interleave per-bucket CSR rows into (qptr, qdims int64, qvals float32) ordered by (query, bucket)."""
     lengths = np.stack([np.diff(m.indptr) for m in queries.buckets], axis=1).astype(np.int64)  # (n_q, n_b)
