@@ -2,11 +2,13 @@ import json
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
 from uhdsearch.encoder.config import EncoderConfig
-from uhdsearch.encoder.model import UHDEncoder
+from uhdsearch.encoder.model import UHDEncoder, _rows_to_csr
 from uhdsearch.errors import ModelFormatError
+from uhdsearch.sparse import SparseEncoding
 
 TEXTS = ["Vitamin D deficiency is linked to bone loss.", "Protein folding in bacteria.", ""]
 
@@ -30,9 +32,21 @@ def test_buckets_have_unit_norm_and_at_most_tokens_times_wta_k_dims(tiny_encoder
 def test_batching_and_order_do_not_change_encodings(tiny_encoder):
     one = tiny_encoder.encode_document(TEXTS, batch_size=1, show_progress=False)
     many = tiny_encoder.encode_document(TEXTS[::-1], batch_size=3, show_progress=False)[[2, 1, 0]]
-    for a, b in zip(one.buckets, many.buckets):
-        assert np.array_equal(a.indices, b.indices)
-        assert np.allclose(a.toarray(), b.toarray(), atol=1e-5)
+    alone = SparseEncoding.concat([tiny_encoder.encode_document([t], show_progress=False) for t in TEXTS])
+    for other in (many, alone):
+        for a, b in zip(one.buckets, other.buckets):
+            assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+            assert np.allclose(a.toarray(), b.toarray(), atol=1e-5)
+
+
+def test_dense_rows_become_the_same_csr_as_scipy_makes():
+    rows = torch.zeros(4, 50)
+    rows[0, [3, 7, 49]] = torch.tensor([0.5, 0.25, 1.0])
+    rows[2, 0] = 2.0  # rows 1 and 3 stay empty
+    got, want = _rows_to_csr(rows), sp.csr_matrix(rows.numpy())
+    assert got.shape == want.shape and got.has_sorted_indices
+    assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+    assert np.array_equal(got.data, want.data)
 
 
 def test_query_k_truncates_at_inference_without_retraining(tiny_encoder):
