@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
+import mmap
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +92,55 @@ def _fsync_dir(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+_MADV_WILLNEED = 3
+_MADV_POPULATE_READ = 22  # Linux 5.14+; Python's mmap module has no constant for it yet
+
+
+def is_memory_mapped(array: np.ndarray) -> bool:
+    base = array
+    while base is not None:
+        if isinstance(base, (np.memmap, mmap.mmap)):
+            return True
+        base = getattr(base, "base", None)
+    return False
+
+
+def prefault(array: np.ndarray) -> str:
+    """Map a memory-mapped array's pages into the process now, so that later reads take no page faults.
+
+    Blocks until done (MADV_POPULATE_READ); where the kernel lacks it, asks for read-ahead instead
+    (MADV_WILLNEED, which returns at once). Called through ctypes, which releases the GIL, so a background
+    thread may do it while searches go on.
+
+    Returns:
+        "populated", "read-ahead", or "skipped" (not memory-mapped, empty, or no madvise on this platform).
+    """
+    if array.nbytes == 0 or not is_memory_mapped(array):
+        return "skipped"
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return "skipped"
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    page = mmap.PAGESIZE
+    address = array.ctypes.data
+    start = address - address % page
+    length = array.nbytes + (address - start)
+    if madvise(start, length, _MADV_POPULATE_READ) == 0:
+        return "populated"
+    if madvise(start, length, _MADV_WILLNEED) == 0:
+        return "read-ahead"
+    return "skipped"
+
+
+def prefault_all(arrays: Sequence[np.ndarray], background: bool = False) -> threading.Thread | None:
+    """`prefault` each array, here or in a daemon thread (returned; join it to wait)."""
+    if not background:
+        for a in arrays:
+            prefault(a)
+        return None
+    thread = threading.Thread(target=lambda: [prefault(a) for a in arrays], name="uhdsearch-prefault", daemon=True)
+    thread.start()
+    return thread

@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from hypothesis import strategies as st
 
 from uhdsearch.errors import DataFormatError, IndexFormatError
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
+from uhdsearch.io import is_memory_mapped, prefault
 from uhdsearch.search.scoring import brute_force_scores, score_query
 from uhdsearch.sparse import SparseEncoding
 
@@ -209,3 +211,47 @@ def test_decreasing_offsets_are_detected(saved_index):
     (saved_index / "index_meta.json").write_text(json.dumps(meta))
     with pytest.raises(IndexFormatError, match="not a valid postings offset array"):
         InvertedIndex.load(saved_index)
+
+
+def _resident_file_bytes() -> int:
+    """RssFile of this process: file-backed pages mapped into it (Linux)."""
+    for line in open("/proc/self/status", encoding="ascii"):
+        if line.startswith("RssFile:"):
+            return int(line.split()[1]) * 1024
+    pytest.skip("no RssFile in /proc/self/status (not Linux)")
+
+
+def _kernel_has_populate_read() -> bool:
+    release = os.uname().release.split(".")
+    return (int(release[0]), int(release[1].split("-")[0])) >= (5, 14)
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_warm_up_maps_a_memory_mapped_index_into_the_process(tmp_path, background):
+    if not _kernel_has_populate_read():
+        pytest.skip("MADV_POPULATE_READ needs Linux 5.14 or newer")
+    rng = np.random.default_rng(0)
+    docs = random_encoding(rng, 40_000, 128, 1, 0.3)  # dense dims: stored as bitmaps, ~5 KB each
+    BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(docs.n)], None).save(tmp_path / "idx")
+    queries = random_encoding(rng, 3, 128, 1, 0.2)
+    expected = BinaryIndex.load(tmp_path / "idx", mmap=False).search_encoded(queries, 10, [1.0], "binary")
+
+    index = BinaryIndex.load(tmp_path / "idx", mmap=True)
+    bitmaps = index.buckets[0].bitmaps
+    assert is_memory_mapped(bitmaps) and bitmaps.nbytes > 500_000
+    before = _resident_file_bytes()
+    thread = index.warm_up(background=background)
+    if background:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    else:
+        assert thread is None
+    assert _resident_file_bytes() - before >= 0.9 * bitmaps.nbytes
+    got = index.search_encoded(queries, 10, [1.0], "binary")
+    assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+
+
+def test_prefault_skips_arrays_held_in_memory():
+    assert prefault(np.arange(100_000)) == "skipped"
+    assert BinaryIndex.from_encoding(SparseEncoding([sp.identity(3, format="csr", dtype=np.float32)]),
+                                     ["a", "b", "c"], None).warm_up() is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex, 
 from uhdsearch.index.leftovers import leftovers, referenced_by_any_commit, remove
 from uhdsearch.index.merges import BackgroundMerge, merge_segments, positive_int, start_background_merge
 from uhdsearch.index.segment_search import Part, live_document_frequencies, search_parts
+from uhdsearch.io import prefault_all
 from uhdsearch.sparse import SparseEncoding
 
 logger = logging.getLogger(__name__)
@@ -318,6 +320,10 @@ class SegmentedIndex:
         check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
         depth = min(int(k), self.n_documents)
         return search_parts(self._parts(), queries, k, depth, bucket_weights, scoring, deleted, n_threads)
+
+    def warm_up(self, background: bool = False) -> threading.Thread | None:
+        """Fault every segment's memory-mapped pages in now (see InvertedIndex.warm_up)."""
+        return prefault_all([a for s in self._segments for a in s.index.arrays()], background)
 
     def document_frequencies(self, bucket: int = 0) -> np.ndarray:
         """(dim,) int64 number of live documents in which each dimension is active."""
