@@ -341,7 +341,7 @@ def bench_uhd(directory: Path, queries: SparseEncoding, n_docs: int, threads: li
             identical = bool(np.array_equal(numbers, top))
             rows.append(row(f"uhd-{scoring}", n_docs, t, times, qps, per_doc, recall_vs_exact(numbers, ties),
                             floor, bytes_per_posting=round(per_posting, 3), disk_bytes_per_doc=round(disk / n_docs, 1),
-                            open_ms=round(open_ms, 1), warm_up_ms=warm_up_ms and round(warm_up_ms, 1),
+                            open_ms=round(open_ms, 1), warm_up_ms=None if warm_up_ms is None else round(warm_up_ms, 1),
                             identical_to_oracle=identical, n_oracle_queries=int(top.shape[0])))
             log(_fmt(rows[-1]))
         del index

@@ -99,10 +99,11 @@ _MADV_POPULATE_READ = 22  # Linux 5.14+; Python's mmap module has no constant fo
 
 
 def is_memory_mapped(array: np.ndarray) -> bool:
+    """Whether the array's memory is a file mapping (np.load(mmap_mode=...) or a view of one), not heap memory."""
     base = array
     while base is not None:
-        if isinstance(base, (np.memmap, mmap.mmap)):
-            return True
+        if isinstance(base, mmap.mmap) or getattr(base, "_mmap", None) is not None:
+            return True  # a copy of an np.memmap is still an np.memmap, but with _mmap None and heap data
         base = getattr(base, "base", None)
     return False
 
@@ -110,18 +111,23 @@ def is_memory_mapped(array: np.ndarray) -> bool:
 def prefault(array: np.ndarray) -> str:
     """Map a memory-mapped array's pages into the process now, so that later reads take no page faults.
 
-    Blocks until done (MADV_POPULATE_READ); where the kernel lacks it, asks for read-ahead instead
-    (MADV_WILLNEED, which returns at once). Called through ctypes, which releases the GIL, so a background
-    thread may do it while searches go on.
+    Blocks until done (MADV_POPULATE_READ), and Ctrl-C waits for it; where the kernel lacks it, asks for
+    read-ahead instead (MADV_WILLNEED, which returns at once). Called through ctypes, which releases the GIL,
+    so a background thread may do it while searches go on.
 
     Returns:
-        "populated", "read-ahead", or "skipped" (not memory-mapped, empty, or no madvise on this platform).
+        "populated", "read-ahead", or "skipped" (not memory-mapped, empty, not contiguous, or no madvise on
+        this platform).
+
+    Example:
+        >>> prefault(np.zeros(10))  # heap memory: nothing to do
+        'skipped'
     """
-    if array.nbytes == 0 or not is_memory_mapped(array):
+    if array.nbytes == 0 or not array.flags.c_contiguous or not is_memory_mapped(array):
         return "skipped"
     try:
         madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows wants a library name
         return "skipped"
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     page = mmap.PAGESIZE
@@ -136,7 +142,11 @@ def prefault(array: np.ndarray) -> str:
 
 
 def prefault_all(arrays: Sequence[np.ndarray], background: bool = False) -> threading.Thread | None:
-    """`prefault` each array, here or in a daemon thread (returned; join it to wait)."""
+    """`prefault` each array, here or in a daemon thread.
+
+    Returns:
+        the thread when `background` (join it to wait), else None.
+    """
     if not background:
         for a in arrays:
             prefault(a)

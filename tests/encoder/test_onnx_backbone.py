@@ -48,6 +48,24 @@ def test_changed_backbone_weights_are_exported_again(tiny_encoder):
         assert np.array_equal(a.indices, b.indices) and np.allclose(a.data, b.data, atol=1e-5)
 
 
+def test_a_replaced_backbone_is_exported_again(tiny_encoder):
+    import copy
+
+    tiny_encoder.use_onnx_runtime(threads=1)
+    stale = tiny_encoder.encode_query(TEXTS[:2])
+    other = copy.deepcopy(tiny_encoder.backbone)
+    with torch.no_grad():
+        for p in other.model.encoder.parameters():
+            p.mul_(0.5)
+    tiny_encoder.backbone = other  # new module and parameter objects: their versions prove nothing
+    got = tiny_encoder.encode_query(TEXTS[:2])
+    tiny_encoder.use_onnx_runtime(False)
+    expected = tiny_encoder.encode_query(TEXTS[:2])
+    assert any((a != b).nnz for a, b in zip(stale.buckets, expected.buckets))
+    for a, b in zip(expected.buckets, got.buckets):
+        assert np.array_equal(a.indices, b.indices) and np.allclose(a.data, b.data, atol=1e-5)
+
+
 def test_training_passes_still_use_torch_and_get_gradients(tiny_encoder):
     tiny_encoder.use_onnx_runtime(threads=1)
     tiny_encoder.backbone.set_trainable_layers(-1)

@@ -1,5 +1,4 @@
 import json
-import os
 
 import numpy as np
 import pytest
@@ -7,8 +6,10 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memory_pages import resident_mapped_bytes, skip_unless_pages_can_be_populated
 from uhdsearch.errors import DataFormatError, IndexFormatError
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
+from uhdsearch.index.segments import SegmentedIndex
 from uhdsearch.io import is_memory_mapped, prefault
 from uhdsearch.search.scoring import brute_force_scores, score_query
 from uhdsearch.sparse import SparseEncoding
@@ -213,23 +214,8 @@ def test_decreasing_offsets_are_detected(saved_index):
         InvertedIndex.load(saved_index)
 
 
-def _resident_file_bytes() -> int:
-    """RssFile of this process: file-backed pages mapped into it (Linux)."""
-    for line in open("/proc/self/status", encoding="ascii"):
-        if line.startswith("RssFile:"):
-            return int(line.split()[1]) * 1024
-    pytest.skip("no RssFile in /proc/self/status (not Linux)")
-
-
-def _kernel_has_populate_read() -> bool:
-    release = os.uname().release.split(".")
-    return (int(release[0]), int(release[1].split("-")[0])) >= (5, 14)
-
-
 @pytest.mark.parametrize("background", [False, True])
 def test_warm_up_maps_a_memory_mapped_index_into_the_process(tmp_path, background):
-    if not _kernel_has_populate_read():
-        pytest.skip("MADV_POPULATE_READ needs Linux 5.14 or newer")
     rng = np.random.default_rng(0)
     docs = random_encoding(rng, 40_000, 128, 1, 0.3)  # dense dims: stored as bitmaps, ~5 KB each
     BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(docs.n)], None).save(tmp_path / "idx")
@@ -239,19 +225,38 @@ def test_warm_up_maps_a_memory_mapped_index_into_the_process(tmp_path, backgroun
     index = BinaryIndex.load(tmp_path / "idx", mmap=True)
     bitmaps = index.buckets[0].bitmaps
     assert is_memory_mapped(bitmaps) and bitmaps.nbytes > 500_000
-    before = _resident_file_bytes()
+    skip_unless_pages_can_be_populated(tmp_path)
+    before = resident_mapped_bytes()
     thread = index.warm_up(background=background)
     if background:
         thread.join(timeout=30)
         assert not thread.is_alive()
-    else:
-        assert thread is None
-    assert _resident_file_bytes() - before >= 0.9 * bitmaps.nbytes
+    assert resident_mapped_bytes() - before >= 0.9 * bitmaps.nbytes
     got = index.search_encoded(queries, 10, [1.0], "binary")
     assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
 
 
-def test_prefault_skips_arrays_held_in_memory():
-    assert prefault(np.arange(100_000)) == "skipped"
-    assert BinaryIndex.from_encoding(SparseEncoding([sp.identity(3, format="csr", dtype=np.float32)]),
-                                     ["a", "b", "c"], None).warm_up() is None
+def test_warm_up_covers_weights_and_skips_an_index_in_memory(mini_encoding, mini_data):
+    index = WeightedIndex.from_encoding(mini_encoding, list(mini_data.corpus), None)
+    arrays = index.arrays()
+    assert any(a is index.buckets[0].weights for a in arrays)
+    assert len(arrays) == index.n_buckets * (len(index.buckets[0].ARRAYS) + 1)
+    assert {prefault(a) for a in arrays} == {"skipped"}
+
+
+def test_warm_up_of_a_segmented_index_maps_every_segment(tmp_path):
+    rng = np.random.default_rng(1)
+    index = SegmentedIndex.create(tmp_path / "seg", "binary", dim=128, n_buckets=1)
+    for part in range(2):
+        docs = random_encoding(rng, 20_000, 128, 1, 0.3)
+        index.add(docs, [f"p{part}-{i}" for i in range(docs.n)])
+        index.commit()
+    index.close()
+    opened = SegmentedIndex.open(tmp_path / "seg", mmap=True)
+    bitmaps = [s.index.buckets[0].bitmaps for s in opened._segments]
+    assert len(bitmaps) == 2 and all(is_memory_mapped(b) for b in bitmaps)
+    skip_unless_pages_can_be_populated(tmp_path)
+    before = resident_mapped_bytes()
+    assert opened.warm_up() is None
+    assert resident_mapped_bytes() - before >= 0.9 * sum(b.nbytes for b in bitmaps)
+

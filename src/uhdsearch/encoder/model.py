@@ -48,8 +48,8 @@ class UHDEncoder(nn.Module):
         # Optional per-layer maps of backbone token states applied before the WTA layer (e.g. whitening,
         # baselines/whitening.py); absolute layer -> callable. Not saved by save_pretrained, not in the digest.
         self.state_transforms: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
-        # (runner, backbone parameters, their versions when exported)
-        self._onnx: tuple[OnnxBackbone, tuple[torch.Tensor, ...], tuple[int, ...]] | None = None
+        # (runner, the backbone exported, its parameters, their versions then)
+        self._onnx: tuple[OnnxBackbone, Backbone, tuple[torch.Tensor, ...], tuple[int, ...]] | None = None
         self._onnx_threads: int | None = None
 
     @classmethod
@@ -76,14 +76,15 @@ class UHDEncoder(nn.Module):
 
         Same float32 graph (token states agree within ~1e-5), about 2x faster for short queries on a CPU.
         The graph is exported from the current weights (~3 s) and re-exported when they change in place
-        (optimizer steps, load_state_dict); after replacing the backbone or its parameter objects, call this again.
+        (optimizer steps, load_state_dict) or the backbone is replaced; after replacing single parameter objects
+        (load_state_dict(assign=True)), call this again.
         """
         self._onnx_threads = threads
         self._onnx = None
         if enabled:
             # The parameter list is kept: walking the module tree on every query cost ~0.5 ms.
             parameters = tuple(self.backbone.parameters())
-            self._onnx = (OnnxBackbone(self.backbone, self.layers, threads), parameters,
+            self._onnx = (OnnxBackbone(self.backbone, self.layers, threads), self.backbone, parameters,
                           tuple(p._version for p in parameters))
 
     def __getstate__(self) -> dict:
@@ -93,9 +94,9 @@ class UHDEncoder(nn.Module):
     def _backbone_runner(self) -> Callable[..., list[torch.Tensor]]:
         if self._onnx is None or torch.is_grad_enabled():
             return self.backbone
-        runner, parameters, versions = self._onnx
+        runner, backbone, parameters, versions = self._onnx
         # In-place updates (optimizer steps, load_state_dict) bump a tensor's version counter.
-        if any(p._version != v for p, v in zip(parameters, versions)):
+        if backbone is not self.backbone or any(p._version != v for p, v in zip(parameters, versions)):
             logger.info("backbone weights changed: exporting the ONNX graph again")
             self.use_onnx_runtime(True, self._onnx_threads)
             runner = self._onnx[0]
@@ -134,7 +135,7 @@ class UHDEncoder(nn.Module):
                               leave=False):
                 batch = rows[start : start + batch_size]
                 for b, v in enumerate(self.forward_states(states, batch, wta_k=wta_k)):
-                    parts[b].append(sp.csr_matrix(v.numpy()))
+                    parts[b].append(_rows_to_csr(v))
         if not parts[0] or not parts[0][0].shape[0]:
             return SparseEncoding([sp.csr_matrix((0, self.config.dim), dtype=np.float32) for _ in self.layers])
         encoded = SparseEncoding([sp.vstack(p, format="csr") for p in parts])
