@@ -465,11 +465,16 @@ def _write_seismic_docs(directory: Path, n_docs: int, path: Path) -> None:
         for start in range(0, n_docs, 10_000):
             part = csc[start:start + 10_000].tocsr()  # column-sliced rows; sorted dims
             part.sort_indices()
-            for i in range(part.shape[0]):
-                a, b = part.indptr[i], part.indptr[i + 1]
-                f.write(np.uint32(b - a).tobytes())
-                f.write(part.indices[a:b].astype(np.uint32).tobytes())
-                f.write(part.data[a:b].astype(np.float32).tobytes())
+            write_seismic_rows(part, f)
+
+
+def write_seismic_rows(docs: sp.csr_matrix, f) -> None:
+    """Each row in Seismic's inner format: u32 length, u32 dims, f32 values (the u32 count comes first)."""
+    for i in range(docs.shape[0]):
+        a, b = docs.indptr[i], docs.indptr[i + 1]
+        f.write(np.uint32(b - a).tobytes())
+        f.write(docs.indices[a:b].astype(np.uint32).tobytes())
+        f.write(docs.data[a:b].astype(np.float32).tobytes())
 
 
 def seismic_worker(job: dict) -> None:

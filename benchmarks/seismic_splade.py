@@ -23,7 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_speed import K, SEISMIC_BUILD, SEISMIC_SEARCH, dictionary_texts, single_query_ms  # noqa: E402
+from search_speed import (K, SEISMIC_BUILD, SEISMIC_SEARCH, dictionary_texts, single_query_ms,  # noqa: E402
+                          write_seismic_rows)
 
 from uhdsearch.baselines.splade import SpladeEncoder  # noqa: E402
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir  # noqa: E402
@@ -37,11 +38,7 @@ def write_seismic_docs(docs: sp.csr_matrix, path: Path) -> None:
     """Seismic's inner format: u32 n; per document u32 length, u32 dims, f32 values."""
     with open(path, "wb") as f:
         f.write(np.uint32(docs.shape[0]).tobytes())
-        for i in range(docs.shape[0]):
-            a, b = docs.indptr[i], docs.indptr[i + 1]
-            f.write(np.uint32(b - a).tobytes())
-            f.write(docs.indices[a:b].astype(np.uint32).tobytes())
-            f.write(docs.data[a:b].astype(np.float32).tobytes())
+        write_seismic_rows(docs, f)
 
 
 def tie_aware_recall(numbers: np.ndarray, exact: np.ndarray) -> float:
@@ -69,6 +66,9 @@ def main() -> None:
     encode_s = time.perf_counter() - t0
     queries = encoder.encode([q.text for q in load_beir(bundled_dataset_dir("scifact"), split="test").queries],
                              max_length=32).buckets[0]
+    if queries.indices.max() > docs.indices.max():  # Seismic panics on a query dim above every document's
+        raise SystemExit(f"the queries use vocabulary ids above the documents' highest ({docs.indices.max()}), "
+                         "which Seismic cannot take: use a larger --n-docs")
     exact = (queries @ docs.T).toarray()
     rows = []
 
@@ -96,7 +96,8 @@ def main() -> None:
         def search(q, params=params):
             return sindex.search(q[0], q[1], K, params["query_cut"], params["heap_factor"], 0, True)
         times = single_query_ms(search, q_rows)
-        numbers = np.array([[int(d) for _, d in search(q)] + [-1] * (K - len(search(q))) for q in q_rows])
+        found = [[int(d) for _, d in search(q)] for q in q_rows]
+        numbers = np.array([f + [-1] * (K - len(f)) for f in found])
         rows.append({"method": "seismic", "params": params, "build": config, "build_s": round(build_s, 1),
                      "p50_ms": float(np.median(times)), "p95_ms": float(np.percentile(times, 95)),
                      "recall@10_vs_exact": tie_aware_recall(numbers, exact)})

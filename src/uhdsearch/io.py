@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import mmap
 import os
@@ -108,6 +109,17 @@ def is_memory_mapped(array: np.ndarray) -> bool:
     return False
 
 
+@functools.cache
+def _madvise():
+    """libc's madvise through ctypes, or None where there is none."""
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows wants a library name
+        return None
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return madvise
+
+
 def prefault(array: np.ndarray) -> str:
     """Map a memory-mapped array's pages into the process now, so that later reads take no page faults.
 
@@ -123,13 +135,9 @@ def prefault(array: np.ndarray) -> str:
         >>> prefault(np.zeros(10))  # heap memory: nothing to do
         'skipped'
     """
-    if array.nbytes == 0 or not array.flags.c_contiguous or not is_memory_mapped(array):
+    madvise = _madvise()
+    if madvise is None or array.nbytes == 0 or not array.flags.c_contiguous or not is_memory_mapped(array):
         return "skipped"
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError, TypeError):  # TypeError: Windows wants a library name
-        return "skipped"
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     page = mmap.PAGESIZE
     address = array.ctypes.data
     start = address - address % page

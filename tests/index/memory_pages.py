@@ -1,4 +1,5 @@
 """How much of this process's file-backed memory is mapped in (Linux /proc), for the warm-up tests."""
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -7,15 +8,14 @@ import pytest
 from uhdsearch.io import prefault
 
 
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+
+
 def resident_mapped_bytes() -> int:
     """RssFile + RssShmem: pages of mapped files (a tmpfs file counts as shared memory)."""
-    try:
-        lines = Path("/proc/self/status").read_text(encoding="ascii").splitlines()
-    except OSError:
-        pytest.skip("no /proc/self/status (not Linux)")
+    lines = Path("/proc/self/status").read_text(encoding="ascii").splitlines()
     sizes = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines if line.startswith(("RssFile", "RssShmem"))}
-    if "RssFile" not in sizes:
-        pytest.skip("no RssFile in /proc/self/status")
+    assert "RssFile" in sizes, "/proc/self/status has no RssFile line"
     return sum(sizes.values())
 
 

@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_pages import resident_mapped_bytes, skip_unless_pages_can_be_populated
+from memory_pages import linux_only, resident_mapped_bytes, skip_unless_pages_can_be_populated
 from uhdsearch.errors import DataFormatError, IndexFormatError
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
 from uhdsearch.index.segments import SegmentedIndex
@@ -214,6 +214,7 @@ def test_decreasing_offsets_are_detected(saved_index):
         InvertedIndex.load(saved_index)
 
 
+@linux_only
 @pytest.mark.parametrize("background", [False, True])
 def test_warm_up_maps_a_memory_mapped_index_into_the_process(tmp_path, background):
     rng = np.random.default_rng(0)
@@ -244,6 +245,7 @@ def test_warm_up_covers_weights_and_skips_an_index_in_memory(mini_encoding, mini
     assert {prefault(a) for a in arrays} == {"skipped"}
 
 
+@linux_only
 def test_warm_up_of_a_segmented_index_maps_every_segment(tmp_path):
     rng = np.random.default_rng(1)
     index = SegmentedIndex.create(tmp_path / "seg", "binary", dim=128, n_buckets=1)
