@@ -96,3 +96,39 @@ def test_one_query_is_split_between_threads_only_when_each_gets_enough_documents
     assert dispatch.ranges_per_query(1, 2, 65_535) == 1
     assert dispatch.ranges_per_query(1, 2, 65_536) == 2
     assert dispatch.ranges_per_query(1, 1, 10_000_000) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 6), st.integers(1, 12), st.integers(0, 2**31))
+def test_sort_heaps_orders_like_lexsort(n_q, n_ranges, k, depth, seed):
+    """Best `depth` by score desc then doc asc, padding (-1) last: as np.lexsort, the merge it replaced."""
+    from uhdsearch.index.kernels import sort_heaps
+
+    rng = np.random.default_rng(seed)
+    docs = rng.permutation(1000)[: n_q * n_ranges * k].reshape(n_q, n_ranges * k).astype(np.int64)
+    scores = rng.integers(1, 4, docs.shape).astype(np.float64)  # few values: many ties
+    pad = rng.random(docs.shape) < 0.3
+    docs[pad], scores[pad] = -1, 0.0
+    got_docs, got_scores = sort_heaps(docs, scores, depth)
+    for q in range(n_q):
+        valid = docs[q] >= 0
+        order = np.lexsort((docs[q][valid], -scores[q][valid]))[:depth]
+        n = order.shape[0]
+        assert got_docs[q, :n].tolist() == docs[q][valid][order].tolist()
+        assert got_scores[q, :n].tolist() == scores[q][valid][order].tolist()
+        assert (got_docs[q, n:] == -1).all() and (got_scores[q, n:] == 0).all()
+
+
+def test_query_arrays_single_bucket_takes_the_rows_as_they_are():
+    """The one-bucket shortcut gives what interleaving the buckets gives."""
+    import scipy.sparse as sp
+
+    from uhdsearch.index import dispatch
+    from uhdsearch.sparse import SparseEncoding
+
+    enc = SparseEncoding([sp.random(5, 50, density=0.2, format="csr", random_state=1, dtype=np.float32)])
+    got = dispatch.query_arrays(enc, 1)
+    want = dispatch.interleave_buckets(enc, 1)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert got[0][-1] == enc.buckets[0].nnz > 0

@@ -12,7 +12,7 @@ from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.search.scoring import brute_force_scores
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.search.topk import top_k
-from uhdsearch.types import Query, Run, ScoredDoc
+from uhdsearch.types import Run, ScoredDoc
 
 
 @settings(max_examples=60, deadline=None)

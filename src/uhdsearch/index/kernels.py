@@ -507,6 +507,31 @@ def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, p
 
 
 @numba.njit(cache=True)
+def sort_heaps(docs, scores, depth):
+    """Rows of (doc, score) heap entries -> the best `depth` by score desc, doc asc; padding (doc -1) last.
+
+    numba rather than np.lexsort: a single query's five numpy calls took ~35 us, a tenth of a 10k search.
+    """
+    n_q, width = docs.shape
+    out_docs = np.full((n_q, depth), -1, np.int64)
+    out_scores = np.zeros((n_q, depth), np.float64)
+    key = np.empty(width, np.float64)
+    for q in range(n_q):
+        by_doc = np.argsort(docs[q])  # ascending doc first, then a stable sort by score keeps that order on ties
+        for i in range(width):
+            d = docs[q, by_doc[i]]
+            key[i] = -scores[q, by_doc[i]] if d >= 0 else np.inf
+        order = np.argsort(key[:width], kind="mergesort")
+        for i in range(min(depth, width)):
+            j = by_doc[order[i]]
+            if docs[q, j] < 0:
+                break
+            out_docs[q, i] = docs[q, j]
+            out_scores[q, i] = scores[q, j]
+    return out_docs, out_scores
+
+
+@numba.njit(cache=True)
 def blocks_are_valid(indptr, block_ptr, payload_ptr, blocks, n_documents):
     """Cheap load-time check: every block's first doc is in range and its packed bits lie in its dim's payload."""
     for d in range(indptr.shape[0] - 1):
