@@ -93,8 +93,13 @@ def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted:
     else:
         # Host threads rather than numba's parallel=True: they sleep instead of spinning when the machine is
         # busy (OpenMP's spinning made 2 threads slower than 1 on a loaded 2-core box), and compile faster.
+        # The calling thread takes the last share itself: waiting idle for a pool thread instead left three
+        # runnable threads on two cores and cost a hand-off per query.
         cuts = [n_tasks * i // n_workers for i in range(n_workers + 1)]
-        futures = [_pool().submit(run_tasks, *common, cuts[i], cuts[i + 1]) for i in range(n_workers)]
-        for future in futures:
-            future.result()
+        futures = [_pool().submit(run_tasks, *common, cuts[i], cuts[i + 1]) for i in range(n_workers - 1)]
+        try:
+            run_tasks(*common, cuts[-2], cuts[-1])
+        finally:  # the pool threads write into the same output arrays: never return before they finish
+            for future in futures:
+                future.result()
     return merge_heaps(out_docs, out_scores, depth)
