@@ -82,3 +82,15 @@ def test_cached_indexes_of_another_layout_are_generated_again(bench, tmp_path):
     bench.build_synthetic(profile, queries, 500, 0, tmp_path, "test", 1e9)
     assert json.loads(meta_path.read_text())["bitmap_bias"] == DEFAULT_BITMAP_BIAS
     assert (directory / "done.json").stat().st_mtime_ns != done
+
+
+def test_ratios_report_the_machines_own_two_thread_scaling(bench):
+    """The 2-thread goal line shows, beside the search's speed-up, what the machine gave the bare adder."""
+    base = {"n_docs": 1000, "floor_ms": 2.0, "bytes_per_posting": 1.05}
+    rows = [dict(base, method="uhd-binary", threads=1, p50_ms=4.0),
+            dict(base, method="uhd-binary", threads=2, p50_ms=2.5, adder_two_thread_speedup=1.7),
+            dict(base, method="bm25s", threads=1, p50_ms=40.0)]
+    line = bench.ratios(rows)[0]
+    assert "p50 / floor = 2.00" in line and "bm25s p50 = 0.100" in line
+    assert "2-thread speed-up = 1.60x (goal >= 1.6; the machine's adder alone: 1.70x)" in line
+    assert 0.2 < bench.adder_two_thread_speedup(repeats=1) < 5.0
