@@ -159,6 +159,6 @@ def prefault_all(arrays: Sequence[np.ndarray], background: bool = False) -> thre
         for a in arrays:
             prefault(a)
         return None
-    thread = threading.Thread(target=lambda: [prefault(a) for a in arrays], name="uhdsearch-prefault", daemon=True)
+    thread = threading.Thread(target=prefault_all, args=(arrays,), name="uhdsearch-prefault", daemon=True)
     thread.start()
     return thread
