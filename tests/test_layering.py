@@ -22,8 +22,7 @@ TORCH_FREE = [
     "uhdsearch.search.topk",
     "uhdsearch.evaluation.datasets",
     "uhdsearch.evaluation.metrics",
-    "uhdsearch.evaluation.runs",
-    "uhdsearch.evaluation.experiment",
+        "uhdsearch.evaluation.experiment",
     "uhdsearch.baselines.bm25",
 ]
 

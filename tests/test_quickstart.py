@@ -44,7 +44,7 @@ def test_quickstart_writes_loadable_artifacts_and_runs(quickstart_out, mini_data
     out, results = quickstart_out
     binary = InvertedIndex.load(out / "index-binary")
     assert binary.variant == "binary" and binary.n_documents == len(mini_data.corpus)
-    from uhdsearch.evaluation.runs import load_run
+    from uhdsearch.types import load_run
 
     run = load_run(out / "runs" / "uhd-binary.trec")
     assert round(evaluate(run, mini_data.qrels, ["nDCG@10"])["nDCG@10"], 4) == results["systems"]["uhd-binary"]["nDCG@10"]

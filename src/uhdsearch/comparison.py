@@ -24,10 +24,10 @@ from typing import Any
 from uhdsearch.baselines.bm25 import BM25Retriever, wordpiece_analyzer
 from uhdsearch.baselines.hybrid import HybridRetriever
 from uhdsearch.evaluation.datasets import BeirData, bundled_dataset_dir, load_beir
-from uhdsearch.evaluation.experiment import Comparison, Retriever, compare
+from uhdsearch.evaluation.experiment import Comparison, compare
 from uhdsearch.evaluation.metrics import DEFAULT_MEASURES
 from uhdsearch.io import write_json
-from uhdsearch.types import Document, Qrels, Query, Run, as_queries
+from uhdsearch.types import Document, Qrels, Query, Retriever, Run, as_queries
 
 logger = logging.getLogger(__name__)
 

@@ -1,10 +1,21 @@
-"""Shared records: queries, documents, qrels and runs. No torch, no I/O beyond TREC text."""
+"""Shared records (queries, documents, qrels, runs), the TREC run format beside Run, the Retriever protocol and the
+one check of a result depth `k`. No torch; imports nothing of uhdsearch but errors and io."""
 from __future__ import annotations
 
 import logging
-
+import math
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from uhdsearch.errors import DataFormatError
+from uhdsearch.io import atomic_write_text
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,16 +68,13 @@ class Run:
         """query_id -> doc_id -> score, the shape ir_measures and ranx take."""
         return {q: {h.doc_id: h.score for h in hits} for q, hits in self.results.items()}
 
-    def save(self, path: str) -> None:
-        """Write a TREC run file (see uhdsearch.evaluation.runs)."""
-        from uhdsearch.evaluation.runs import save_run
-
-        save_run(self, path)
+    def save(self, path: str | os.PathLike, name: str | None = None) -> None:
+        """Write a TREC run file (`save_run`)."""
+        save_run(self, path, name)
 
     @classmethod
-    def load(cls, path: str) -> Run:
-        from uhdsearch.evaluation.runs import load_run
-
+    def load(cls, path: str | os.PathLike) -> Run:
+        """Read a TREC run file (`load_run`)."""
         return load_run(path)
 
 
@@ -86,14 +94,159 @@ def start_run(queries: Mapping[str, str] | Sequence[Query], k: int, name: str) -
 
     Returns the Run and the queries with text to search; empty or whitespace-only queries keep empty results.
     """
-    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
-        raise ValueError(f"k={k!r} must be a positive integer")
+    check_k(k)
     queries = as_queries(queries)
     run = Run(name=name)
     for q in queries:
         run.results[q.query_id] = []
     live = [q for q in queries if q.text.strip()]
     if len(live) < len(queries):
-        logging.getLogger("uhdsearch").warning("%d empty or whitespace-only queries get empty results",
+        logger.warning("%d empty or whitespace-only queries get empty results",
                                                len(queries) - len(live))
     return run, live
+
+
+def check_k(k: Any, name: str = "k") -> int:
+    """The one check of a result depth: a positive integer (numpy integers accepted, bools refused).
+
+    Returns:
+        k as a Python int.
+
+    Example:
+        >>> check_k(10)
+        10
+        >>> check_k(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: k=0 must be a positive integer
+    """
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k <= 0:
+        raise ValueError(f"{name}={k!r} must be a positive integer")
+    return int(k)
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Anything with ``search(queries, k) -> Run``: UHD searchers, BM25, dense, hybrid."""
+
+    def search(self, queries: Any, k: int) -> Run: ...
+
+
+# ------------------------------------------------------------------ TREC run files (qid Q0 docid rank score name)
+def save_run(run: Run, path: str | os.PathLike, name: str | None = None) -> None:
+    """Write a run as a TREC run file, atomically.
+
+    Each line is ``query_id Q0 doc_id rank score name`` with rank counted from 1 in the order the run
+    holds the hits, and the score written with ``repr`` so that it reads back as the same float.
+    Queries with no hits write no lines.
+
+    Args:
+        run: The run to write.
+        path: File to write; replaced if it exists.
+        name: The run tag of the last column; defaults to ``run.name``.
+
+    Raises:
+        ValueError: the name or an id is empty or contains whitespace (the file could not be read back),
+            or a score is NaN or infinite.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "bm25.trec"
+        >>> save_run(Run({"q1": [ScoredDoc("d7", 2.5), ScoredDoc("d3", 1.0)]}), p, name="bm25")
+        >>> print(p.read_text(), end="")
+        q1 Q0 d7 1 2.5 bm25
+        q1 Q0 d3 2 1.0 bm25
+    """
+    text = format_run(run, name)
+    atomic_write_text(path, text)
+    logger.debug("wrote %d lines for %d queries to %s", text.count("\n"), len(run.results), path)
+
+
+def format_run(run: Run, name: str | None = None) -> str:
+    """The TREC run text of `run` (what save_run writes); raises like save_run."""
+    tag = run.name if name is None else name
+    _check_token(tag, "run name")
+    lines = []
+    for query_id, hits in run.results.items():
+        _check_token(query_id, "query_id")
+        for rank, hit in enumerate(hits, start=1):
+            _check_token(hit.doc_id, "doc_id")
+            score = float(hit.score)
+            if not math.isfinite(score):
+                raise ValueError(f"query {query_id!r}, doc {hit.doc_id!r}: score {score} is not finite")
+            lines.append(f"{query_id} Q0 {hit.doc_id} {rank} {score!r} {tag}\n")
+    return "".join(lines)
+
+
+def load_run(path: str | os.PathLike) -> Run:
+    """Read a TREC run file.
+
+    Each query's hits are sorted by score descending, then by the rank column (then doc_id), so tied
+    scores keep the order the system wrote. The run name is taken from the first line.
+
+    Args:
+        path: File to read. Blank lines are skipped.
+
+    Returns:
+        The Run, queries in order of first appearance.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        DataFormatError: a line does not have 6 columns, its rank is not an integer, its score is not
+            a finite number, or it repeats a (query_id, doc_id) pair; the message names file and line.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "bm25.trec"
+        >>> _ = p.write_text("q1 Q0 d3 2 1.0 bm25\\nq1 Q0 d7 1 2.5 bm25\\n")
+        >>> load_run(p).doc_ids("q1")
+        ['d7', 'd3']
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"run file not found: {path}")
+    results: dict[str, list[ScoredDoc]] = {}
+    first_line: dict[tuple[str, str], int] = {}
+    name: str | None = None
+    with open(path, encoding="utf-8-sig") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            fields = line.split()
+            if len(fields) != 6:
+                raise DataFormatError(
+                    f"{path}:{line_no}: expected 6 columns (query_id Q0 doc_id rank score name), "
+                    f"got {len(fields)}: {line.rstrip()!r}"
+                )
+            query_id, _, doc_id, rank_text, score_text, tag = fields
+            try:
+                rank = int(rank_text)
+            except ValueError:
+                raise DataFormatError(f"{path}:{line_no}: rank must be an integer, got {rank_text!r}") from None
+            try:
+                score = float(score_text)
+            except ValueError:
+                raise DataFormatError(f"{path}:{line_no}: score must be a number, got {score_text!r}") from None
+            if not math.isfinite(score):
+                raise DataFormatError(f"{path}:{line_no}: score must be finite, got {score_text!r}")
+            key = (query_id, doc_id)
+            if key in first_line:
+                raise DataFormatError(
+                    f"{path}:{line_no}: duplicate doc_id {doc_id!r} for query {query_id!r} "
+                    f"(first on line {first_line[key]})"
+                )
+            first_line[key] = line_no
+            if name is None:
+                name = tag
+            results.setdefault(query_id, []).append((score, rank, doc_id))
+    ordered = {}
+    for query_id, rows in results.items():
+        rows.sort(key=lambda row: (-row[0], row[1], row[2]))  # ties keep the file's rank order
+        ordered[query_id] = [ScoredDoc(doc_id, score) for score, _, doc_id in rows]
+    results = ordered
+    return Run(results=results, name=name if name is not None else Run().name)
+
+
+def _check_token(value: str, what: str) -> None:
+    if not value or any(c.isspace() for c in str(value)):
+        raise ValueError(f"{what} {value!r} is empty or contains whitespace; a TREC run cannot hold it")

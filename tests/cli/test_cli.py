@@ -21,7 +21,7 @@ from uhdsearch.cli.main import main
 from uhdsearch.evaluation.datasets import load_corpus, load_queries
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.evaluation.qrels import load_qrels
-from uhdsearch.evaluation.runs import load_run
+from uhdsearch.types import load_run
 
 TRAIN_OPTIONS = ["--dim", "1024", "--wta-k", "8", "--query-k", "50", "--bucket-layers", "1,2",
                  "--document-max-length", "64", "--epochs", "1", "--ict-per-document", "1"]
@@ -450,12 +450,12 @@ def test_debug_reraises(trained: Trained, capsys) -> None:
 
 
 def test_interrupt_exits_130(tmp_path: Path, scifact_mini_dir: Path, monkeypatch, capsys) -> None:
-    import uhdsearch.evaluation.runs
+    import uhdsearch.types
 
     def interrupted(path):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(uhdsearch.evaluation.runs, "load_run", interrupted)  # stands in for Ctrl-C mid-command
+    monkeypatch.setattr(uhdsearch.types, "load_run", interrupted)  # stands in for Ctrl-C mid-command
     code, out, err = _run(capsys, ["evaluate", "--run", str(tmp_path / "run.trec"),
                                    "--qrels", str(scifact_mini_dir / "qrels" / "test.tsv")])
     assert code == 130

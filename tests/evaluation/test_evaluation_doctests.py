@@ -5,12 +5,13 @@ import importlib
 
 import pytest
 
-MODULES = ["datasets", "qrels", "runs", "metrics", "experiment"]
+MODULES = ["uhdsearch.evaluation.datasets", "uhdsearch.evaluation.qrels", "uhdsearch.types",
+           "uhdsearch.evaluation.metrics", "uhdsearch.evaluation.experiment"]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
-    module = importlib.import_module(f"uhdsearch.evaluation.{name}")
+    module = importlib.import_module(name)
     result = doctest.testmod(module)
-    assert result.attempted > 0, f"uhdsearch.evaluation.{name} has no examples"
+    assert result.attempted > 0, f"{name} has no examples"
     assert result.failed == 0

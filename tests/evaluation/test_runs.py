@@ -6,7 +6,7 @@ import pytest
 
 from uhdsearch.errors import DataFormatError
 from uhdsearch.evaluation.qrels import load_qrels, save_qrels
-from uhdsearch.evaluation.runs import load_run, save_run
+from uhdsearch.types import load_run, save_run
 from uhdsearch.types import Run, ScoredDoc
 
 

@@ -22,9 +22,8 @@ from typing import Literal
 
 import numpy as np
 
-from uhdsearch.evaluation.experiment import Retriever
 from uhdsearch.evaluation.metrics import evaluate
-from uhdsearch.types import Qrels, Query, Run, ScoredDoc, as_queries
+from uhdsearch.types import Qrels, Query, Retriever, Run, ScoredDoc, as_queries
 
 logger = logging.getLogger(__name__)
 

@@ -149,7 +149,7 @@ def search(
     """Search an index; writes a TREC run to stdout."""
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_queries
-    from uhdsearch.evaluation.runs import format_run
+    from uhdsearch.types import format_run
     from uhdsearch.index.inverted import InvertedIndex
     from uhdsearch.search.searcher import Searcher
     from uhdsearch.types import Query, Run
@@ -183,7 +183,7 @@ def evaluate(
     """Score a TREC run against qrels with ir_measures; prints JSON."""
     from uhdsearch.evaluation.metrics import evaluate as evaluate_run
     from uhdsearch.evaluation.qrels import load_qrels
-    from uhdsearch.evaluation.runs import load_run
+    from uhdsearch.types import load_run
 
     names = [m.strip() for m in measures.split(",") if m.strip()]
     scores = evaluate_run(load_run(run), load_qrels(qrels), names)

@@ -6,24 +6,17 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
 from uhdsearch.evaluation.metrics import DEFAULT_MEASURES, per_query
-from uhdsearch.types import Qrels, Query, Run, as_queries
+from uhdsearch.types import Qrels, Query, Retriever, Run, as_queries
 
 logger = logging.getLogger(__name__)
 
 SIGNIFICANCE_LEVEL = 0.05
-
-
-@runtime_checkable
-class Retriever(Protocol):
-    """Anything with ``search(queries, k) -> Run``: UHD searchers, BM25, dense, hybrid."""
-
-    def search(self, queries: Any, k: int) -> Run: ...
 
 
 @dataclass
