@@ -101,8 +101,8 @@ def start_run(queries: Mapping[str, str] | Sequence[Query], k: int, name: str) -
         run.results[q.query_id] = []
     live = [q for q in queries if q.text.strip()]
     if len(live) < len(queries):
-        logger.warning("%d empty or whitespace-only queries get empty results",
-                                               len(queries) - len(live))
+        logger.warning("%d of %d queries are empty or whitespace-only and get empty results",
+                       len(queries) - len(live), len(queries))
     return run, live
 
 

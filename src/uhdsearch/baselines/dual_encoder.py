@@ -317,7 +317,7 @@ class DualEncoder:
 
     def search(self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000) -> Run:
         """Exact top-k per query; ties broken by doc number (corpus order)."""
-        run, live = start_run(queries, int(k) if isinstance(k, np.integer) else k, self.name)
+        run, live = start_run(queries, k, self.name)
         if not live:
             return run
         scores = self.document_scores(self.encode_queries([q.text for q in live]))
