@@ -28,7 +28,12 @@ class DenseRetriever:
     """Exact cosine search over mean-pooled backbone embeddings.
 
     Example:
-        >>> # dense = DenseRetriever.build(data.corpus); run = dense.search(data.queries, k=100)
+        >>> from uhdsearch.types import Document
+        >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
+        ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]
+        >>> dense = DenseRetriever.build(docs, show_progress=False)   # the bundled MiniLM backbone
+        >>> dense.search({"q1": "does vitamin d strengthen bones"}, k=2).doc_ids("q1")[0]
+        'd1'
     """
 
     def __init__(self, backbone: Backbone, doc_ids: list[str], embeddings: np.ndarray, query_max_length: int = 256,

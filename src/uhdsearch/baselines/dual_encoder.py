@@ -278,7 +278,14 @@ class DualEncoder:
     Queries go through the backbone's last layer and `embed_query`.
 
     Example:
-        >>> # de = build_dual_encoder(data.corpus, backbone, head); run = de.search(data.queries, k=100)
+        >>> from uhdsearch.types import Document
+        >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
+        ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]
+        >>> backbone = Backbone.from_pretrained()
+        >>> head = DualEncoderHead(backbone.hidden_size, dim=None, pooling="mean")  # untrained: LayerNorm only
+        >>> de = build_dual_encoder(docs, backbone, head, show_progress=False)
+        >>> de.search({"q1": "does vitamin d strengthen bones"}, k=2).doc_ids("q1")[0]
+        'd1'
     """
 
     def __init__(self, backbone: Backbone, embed_query: Embed, doc_ids: Sequence[str], entries: np.ndarray,

@@ -120,8 +120,16 @@ class HybridRetriever:
     """Two retrievers fused linearly (one weight) or by RRF, with the `search(queries, k)` interface.
 
     Example:
-        >>> # hybrid = HybridRetriever.tune(uhd, bm25, dev_queries, dev_qrels)   # picks the weight on dev
-        >>> # run = hybrid.search(data.queries, k=1000)
+        >>> from uhdsearch.types import Document
+        >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
+        ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]
+        >>> from uhdsearch.baselines.bm25 import BM25Retriever
+        >>> from uhdsearch.baselines.dense import DenseRetriever
+        >>> bm25 = BM25Retriever.build(docs, show_progress=False)
+        >>> dense = DenseRetriever.build(docs, show_progress=False)
+        >>> hybrid = HybridRetriever.tune(bm25, dense, {"q1": "vitamin d and bones"}, {"q1": {"d1": 1}})
+        >>> hybrid.search({"q1": "does vitamin d strengthen bones"}, k=2).doc_ids("q1")[0]
+        'd1'
     """
 
     def __init__(

@@ -85,7 +85,14 @@ class SumOfMaxReranker:
     `search` re-ranks the first stage's top `depth`, so it fits the common retriever interface.
 
     Example:
-        >>> # som = SumOfMaxReranker.build(data.corpus, backbone, first_stage=bm25); run = som.search(queries, 10)
+        >>> from uhdsearch.types import Document
+        >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
+        ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]
+        >>> from uhdsearch.baselines.bm25 import BM25Retriever
+        >>> bm25 = BM25Retriever.build(docs, show_progress=False)
+        >>> som = SumOfMaxReranker.build(docs, Backbone.from_pretrained(), first_stage=bm25, show_progress=False)
+        >>> som.search({"q1": "does vitamin d strengthen bones"}, k=2).doc_ids("q1")[0]
+        'd1'
     """
 
     def __init__(self, backbone: Backbone, doc_ids: Sequence[str], doc_tokens: torch.Tensor, offsets: np.ndarray,
