@@ -62,10 +62,11 @@ def main() -> None:
                         help="the query-side backbone: PyTorch eager or ONNX Runtime (UHDEncoder.use_onnx_runtime)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    query_k = {"config": "config", "none": None}.get(args.query_k.lower(), None)
+    model = UHDEncoder.from_pretrained(args.model)
+    # encode_query's None is the model's own query_k; keeping dim dims keeps every active one
+    query_k = {"config": None, "none": model.config.dim}.get(args.query_k.lower())
     if args.query_k.lower() not in ("config", "none"):
         query_k = int(args.query_k)
-    model = UHDEncoder.from_pretrained(args.model)
     model.eval()
     index, docs_per_s, texts = build_index(model, args.n_docs, Path(args.work_dir), args.batch_size)
     queries = [q.text for q in load_beir(bundled_dataset_dir("scifact"), split="test").queries][: args.n_queries]

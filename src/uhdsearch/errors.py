@@ -24,3 +24,7 @@ class DataFormatError(UhdError):
 
 class IndexLockedError(UhdError):
     """Another writer holds an index's write lock, or a read-only index was asked to change."""
+
+
+class UsageError(UhdError):
+    """An argument or command-line option has an invalid value."""

@@ -7,12 +7,19 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from uhdsearch.search.topk import tie_order
+from uhdsearch.types import check_k
+
 
 @dataclass
 class SparseEncoding:
-    """One CSR matrix per bucket, each (n_texts, dim) float32 with sorted column indices."""
+    """One CSR matrix per bucket, each (n_texts, dim) float32 with sorted column indices.
+
+    `truncated` flags, per row, a text the encoder cut to its maximum length (None where not recorded).
+    """
 
     buckets: list[sp.csr_matrix]
+    truncated: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if not self.buckets:
@@ -21,6 +28,15 @@ class SparseEncoding:
         if len(shapes) != 1:
             raise ValueError(f"all buckets must have the same shape, got {sorted(shapes)}")
         self.buckets = [_canonical(m) for m in self.buckets]
+        if self.truncated is not None:
+            self.truncated = np.asarray(self.truncated, dtype=bool)
+            if self.truncated.shape != (self.n,):
+                raise ValueError(f"truncated has shape {self.truncated.shape}, expected ({self.n},)")
+
+    @property
+    def n_truncated(self) -> int:
+        """How many texts were cut to the encoder's maximum length (0 where not recorded)."""
+        return 0 if self.truncated is None else int(self.truncated.sum())
 
     @property
     def n(self) -> int:
@@ -38,7 +54,8 @@ class SparseEncoding:
         return self.n
 
     def __getitem__(self, rows) -> SparseEncoding:
-        return SparseEncoding([m[rows] for m in self.buckets])
+        truncated = None if self.truncated is None else self.truncated[rows]
+        return SparseEncoding([m[rows] for m in self.buckets], truncated)
 
     def binarize(self) -> SparseEncoding:
         """Every stored non-zero becomes 1.0 (§3.7)."""
@@ -47,7 +64,7 @@ class SparseEncoding:
             b = m.copy()
             b.data = np.ones_like(b.data)
             out.append(b)
-        return SparseEncoding(out)
+        return SparseEncoding(out, self.truncated)
 
     def truncate(self, top_k: int | None, scales: Sequence[np.ndarray] | None = None) -> SparseEncoding:
         """Keep each row's `top_k` largest values per bucket (query_k, Table 4); ties to the lower dim.
@@ -58,9 +75,10 @@ class SparseEncoding:
         """
         if top_k is None:
             return self
+        top_k = check_k(top_k, "query_k")
         if scales is None:
             scales = [None] * self.n_buckets
-        return SparseEncoding([_row_top_k(m, top_k, s) for m, s in zip(self.buckets, scales)])
+        return SparseEncoding([_row_top_k(m, top_k, s) for m, s in zip(self.buckets, scales)], self.truncated)
 
     def active_per_row(self) -> np.ndarray:
         """(n, n_buckets) int64 number of active dimensions."""
@@ -73,8 +91,10 @@ class SparseEncoding:
         n_buckets = {p.n_buckets for p in parts}
         if len(n_buckets) != 1:
             raise ValueError(f"parts have different bucket counts: {sorted(n_buckets)}")
+        flags = [p.truncated for p in parts]
+        truncated = None if any(f is None for f in flags) else np.concatenate(flags)
         return SparseEncoding(
-            [sp.vstack([p.buckets[b] for p in parts], format="csr") for b in range(parts[0].n_buckets)]
+            [sp.vstack([p.buckets[b] for p in parts], format="csr") for b in range(parts[0].n_buckets)], truncated
         )
 
 
@@ -86,8 +106,6 @@ def _canonical(m) -> sp.csr_matrix:
 
 
 def _row_top_k(m: sp.csr_matrix, top_k: int, scale: np.ndarray | None = None) -> sp.csr_matrix:
-    if top_k <= 0:
-        raise ValueError(f"query_k={top_k} must be positive or None")
     indptr, indices, data = m.indptr, m.indices, m.data
     keep_rows, keep_cols, keep_vals = [], [], []
     for r in range(m.shape[0]):
@@ -95,7 +113,7 @@ def _row_top_k(m: sp.csr_matrix, top_k: int, scale: np.ndarray | None = None) ->
         cols, vals = indices[lo:hi], data[lo:hi]
         if hi - lo > top_k:
             key = vals if scale is None else vals * scale[cols]
-            order = np.lexsort((cols, -key))[:top_k]  # key desc, then dim asc
+            order = tie_order(key, cols)[:top_k]  # key desc, then dim asc
             cols, vals = cols[order], vals[order]
         keep_rows.append(np.full(len(cols), r, dtype=np.int64))
         keep_cols.append(cols)

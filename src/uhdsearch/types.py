@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from uhdsearch.errors import DataFormatError
+from uhdsearch.errors import DataFormatError, UsageError
 from uhdsearch.io import atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -101,8 +101,8 @@ def start_run(queries: Mapping[str, str] | Sequence[Query], k: int, name: str) -
         run.results[q.query_id] = []
     live = [q for q in queries if q.text.strip()]
     if len(live) < len(queries):
-        logger.warning("%d empty or whitespace-only queries get empty results",
-                                               len(queries) - len(live))
+        logger.warning("%d of %d queries are empty or whitespace-only and get empty results",
+                       len(queries) - len(live), len(queries))
     return run, live
 
 
@@ -118,10 +118,10 @@ def check_k(k: Any, name: str = "k") -> int:
         >>> check_k(0)
         Traceback (most recent call last):
         ...
-        ValueError: k=0 must be a positive integer
+        uhdsearch.errors.UsageError: k=0 must be a positive integer
     """
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k <= 0:
-        raise ValueError(f"{name}={k!r} must be a positive integer")
+        raise UsageError(f"{name}={k!r} must be a positive integer")
     return int(k)
 
 

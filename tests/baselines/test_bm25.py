@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import uhdsearch.baselines.bm25
-from uhdsearch.baselines.bm25 import BM25Retriever, _top_k
+from uhdsearch.baselines.bm25 import BM25Retriever
 from uhdsearch.evaluation.datasets import BeirData, load_beir
 from uhdsearch.evaluation.metrics import evaluate
+from uhdsearch.search.topk import top_k
 from uhdsearch.types import Document, Query, Run
 
 
@@ -60,11 +61,12 @@ def test_results_sorted_unique_and_tie_rule(mini: BeirData, bm25: BM25Retriever)
 
 
 def test_top_k_tie_rule_matches_full_sort() -> None:
+    """BM25 ranks with the shared tie rule, zero scores included."""
     rng = np.random.default_rng(3)
     scores = rng.integers(0, 4, 200).astype(np.float32)  # many ties
     full = sorted(range(200), key=lambda j: (-scores[j], j))
     for k in (1, 5, 37, 199, 200, 500):
-        assert _top_k(scores, k).tolist() == full[:k]
+        assert top_k(scores, k, positive_only=False)[0].tolist() == full[:k]
 
 
 def test_k_larger_than_corpus_returns_every_document() -> None:

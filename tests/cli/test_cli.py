@@ -489,3 +489,43 @@ def test_console_script_help_and_error(tmp_path: Path, scifact_mini_dir: Path) -
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"error: {run_path}:1: expected 6 columns"), lines[0]
+
+
+# ---------------------------------------------------------------------------------------------- bugs stay bugs
+def test_no_arguments_prints_the_usage(capsys) -> None:
+    code, out, err = _run(capsys, [])
+    assert code == 2
+    assert "Usage" in out + err and "search" in out + err
+    assert "error:" not in err
+
+
+def test_a_bug_propagates_with_its_traceback(tmp_path: Path, scifact_mini_dir: Path, monkeypatch) -> None:
+    import uhdsearch.evaluation.metrics
+
+    run_path = tmp_path / "run.trec"
+    run_path.write_text("0 Q0 4983 1 2.5 uhd\n")
+    argv = ["evaluate", "--run", str(run_path), "--qrels", str(scifact_mini_dir / "qrels" / "test.tsv")]
+
+    def broken(*args, **kwargs):
+        return {}["nDCG@10"]
+
+    monkeypatch.setattr(uhdsearch.evaluation.metrics, "evaluate", broken)
+    with pytest.raises(KeyError):
+        main(argv)
+
+    def numpy_fails(*args, **kwargs):  # a ValueError from inside a library is a bug too, not a user error
+        return np.zeros(2).reshape(3)
+
+    monkeypatch.setattr(uhdsearch.evaluation.metrics, "evaluate", numpy_fails)
+    with pytest.raises(ValueError, match="reshape"):
+        main(argv)
+
+
+def test_user_errors_are_the_projects_own_file_errors_and_usage_errors(capsys) -> None:
+    from uhdsearch.cli.main import _is_user_error
+    from uhdsearch.errors import DataFormatError, UsageError
+
+    assert _is_user_error(DataFormatError("x")) and _is_user_error(UsageError("x"))
+    assert _is_user_error(FileNotFoundError("x")) and _is_user_error(PermissionError("x"))
+    assert not _is_user_error(RuntimeError("x")) and not _is_user_error(KeyError("x"))
+    assert not _is_user_error(ValueError("raised outside any traceback"))

@@ -12,7 +12,7 @@ from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.search.scoring import brute_force_scores
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.search.topk import top_k
-from uhdsearch.types import Run, ScoredDoc
+from uhdsearch.types import Query, Run, ScoredDoc
 
 
 @settings(max_examples=60, deadline=None)
@@ -136,10 +136,64 @@ def test_value_idf_query_selection_prefers_rare_dimensions(tiny_encoder_session,
     mean_df_plain = np.mean([df[a.buckets[0][r].indices].mean() for r in range(10)])
     mean_df_idf = np.mean([df[b.buckets[0][r].indices].mean() for r in range(10)])
     assert mean_df_idf < mean_df_plain
-    full = tiny_encoder_session.encode_query([q.text for q in qs], query_k=None)
+    full = tiny_encoder_session.encode([q.text for q in qs], "query")  # every active dimension
     for r in range(10):  # selected dims are a subset of the query's active dims, values unchanged
         row = full.buckets[0][r].toarray().ravel()
         kept = b.buckets[0][r]
         assert np.allclose(row[kept.indices], kept.data)
     with pytest.raises(ValueError, match="query_selection='tfidf'"):
         Searcher(tiny_encoder_session, index, query_selection="tfidf")
+
+
+@pytest.mark.parametrize("scoring", ["binary", "weighted"])
+def test_rerank_scores_equal_the_index_kernels(tiny_encoder_session, indexes, mini_data, scoring):
+    """Candidates scored from document vectors get the kernel's scores exactly (masked search_encoded)."""
+    searcher = Searcher(tiny_encoder_session, indexes[1], scoring=scoring, bucket_weights=[1.0, 0.5])
+    ids = list(mini_data.corpus)
+    rng = np.random.default_rng(1)
+    for q in mini_data.queries[:5]:
+        numbers = rng.permutation(len(ids))[:300]
+        encoded = searcher.encode([q])
+        assert np.array_equal(searcher._candidate_scores(encoded, numbers),
+                              searcher._candidate_scores_by_search(encoded, numbers))
+
+
+def test_empty_queries_are_never_encoded(tiny_encoder_session, indexes, monkeypatch):
+    searcher = Searcher(tiny_encoder_session, indexes[0])
+    seen = []
+    encode = tiny_encoder_session.encode
+    monkeypatch.setattr(tiny_encoder_session, "encode", lambda texts, kind: seen.extend(texts) or encode(texts, kind))
+    run = searcher.search({"a": "", "b": "vitamin d", "c": " \t"}, k=3)
+    reranked = searcher.rerank({"a": "", "b": "vitamin d"}, Run({"a": run["b"], "b": run["b"]}), k=3)
+    assert seen == ["vitamin d", "vitamin d"]
+    assert list(run) == ["a", "b", "c"] and run["a"] == run["c"] == [] and len(run["b"]) == 3
+    assert reranked["a"] == [] and reranked.doc_ids("b") == run.doc_ids("b")
+
+
+def test_truncation_is_counted_from_one_tokenization(tiny_encoder_session, indexes, caplog, monkeypatch):
+    encoded = tiny_encoder_session.encode(["short", "word " * 100, "tiny"], "query")
+    assert encoded.truncated.tolist() == [False, True, False] and encoded.n_truncated == 1
+    assert encoded[1:].truncated.tolist() == [True, False]
+    searcher = Searcher(tiny_encoder_session, indexes[0])
+    calls = []
+    tokenizer = tiny_encoder_session.backbone.tokenizer
+    monkeypatch.setattr(tiny_encoder_session.backbone, "tokenizer",
+                        type("Counting", (), {"__call__": lambda self, *a, **kw: calls.append(1) or tokenizer(*a, **kw),
+                                              "pad": lambda self, *a, **kw: tokenizer.pad(*a, **kw)})())
+    with caplog.at_level(logging.WARNING):
+        searcher.search({"a": "word " * 100, "b": "x" * 20_000, "c": "vitamin d"}, k=3)
+    assert len(calls) == 1
+    messages = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+    assert messages == [f"2 queries are longer than {tiny_encoder_session.config.query_max_length} tokens "
+                        "and were truncated"]
+
+
+def test_query_k_is_resolved_once_at_construction(tiny_encoder_session, indexes, tiny_backbone_dir, tiny_config):
+    assert Searcher(tiny_encoder_session, indexes[0]).query_k is None  # the config's
+    assert Searcher(tiny_encoder_session, indexes[0], query_k=12).query_k == 12
+    truncating = UHDEncoder.new(tiny_backbone_dir, tiny_config.replace(query_k=7))
+    searcher = Searcher(truncating, indexes[0])
+    assert searcher.query_k == 7
+    assert np.all(searcher.encode([Query("q", "vitamin d and bone density")]).active_per_row() <= 7)
+    with pytest.raises(ValueError, match="query_k=0 must be a positive integer"):
+        Searcher(tiny_encoder_session, indexes[0], query_k=0)

@@ -13,7 +13,8 @@ import bm25s
 import numpy as np
 from tqdm.auto import tqdm
 
-from uhdsearch.types import Document, Query, Run, ScoredDoc, as_queries
+from uhdsearch.search.topk import top_k
+from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 
 logger = logging.getLogger(__name__)
 
@@ -167,28 +168,14 @@ class BM25Retriever:
             ValueError: k <= 0.
             TypeError: queries of another type (see `uhdsearch.types.as_queries`).
         """
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
-            raise ValueError(f"k={k!r} must be a positive integer (the number of documents to return per query)")
-        query_list = as_queries(queries)
-        texts = [q.text for q in query_list]
-        empty = [i for i, t in enumerate(texts) if not t.strip()]
-        if empty:
-            logger.warning(
-                "%d of %d queries are empty and get no results (first: %r)",
-                len(empty), len(query_list), query_list[empty[0]].query_id,
-            )
-        token_lists = self.tokenize_queries(texts)
+        run, live = start_run(queries, k, self.name)
+        token_lists = self.tokenize_queries([q.text for q in live])
         k = min(int(k), self.n_documents)
-        empty_set = set(empty)
-        results: dict[str, list[ScoredDoc]] = {}
-        for i, query in enumerate(tqdm(query_list, desc="BM25 search", disable=not show_progress)):
-            if i in empty_set:
-                results[query.query_id] = []
-                continue
-            scores = self.score_all(token_lists[i])
-            top = _top_k(scores, k)
-            results[query.query_id] = [ScoredDoc(self.doc_ids[j], float(scores[j])) for j in top]
-        return Run(results=results, name=self.name)
+        for query, tokens in zip(tqdm(live, desc="BM25 search", disable=not show_progress), token_lists):
+            scores = self.score_all(tokens)
+            numbers, _ = top_k(scores, k, positive_only=False)  # zero scores fill the tail in corpus order
+            run.results[query.query_id] = [ScoredDoc(self.doc_ids[j], float(scores[j])) for j in numbers]
+        return run
 
     def tokenize_queries(self, texts: Sequence[str]) -> list[list[str]]:
         """Tokenize query texts exactly as documents were (lowercase, stopwords, stemmer).
@@ -293,16 +280,3 @@ def _as_documents(corpus: Mapping[str, Document] | Iterable[Document]) -> list[D
             raise ValueError(f"doc_id {doc.doc_id!r} appears more than once in the corpus")
         seen.add(doc.doc_id)
     return documents
-
-
-def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k best scores: score descending, then index ascending."""
-    n = scores.shape[0]
-    if k >= n:
-        candidates = np.arange(n)
-    else:
-        threshold = np.partition(scores, n - k)[n - k]
-        # Every document tied with the k-th score is a candidate, so the tie rule decides, not argpartition.
-        candidates = np.flatnonzero(scores >= threshold)
-    order = np.argsort(-scores[candidates], kind="stable")
-    return candidates[order[:k]]

@@ -9,6 +9,7 @@ import torch
 
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates
+from uhdsearch.search.topk import tie_order
 from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,12 @@ class DenseRetriever:
     """Exact cosine search over mean-pooled backbone embeddings.
 
     Example:
-        >>> # dense = DenseRetriever.build(data.corpus); run = dense.search(data.queries, k=100)
+        >>> from uhdsearch.types import Document
+        >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
+        ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]
+        >>> dense = DenseRetriever.build(docs, show_progress=False)   # the bundled MiniLM backbone
+        >>> dense.search({"q1": "does vitamin d strengthen bones"}, k=2).doc_ids("q1")[0]
+        'd1'
     """
 
     def __init__(self, backbone: Backbone, doc_ids: list[str], embeddings: np.ndarray, query_max_length: int = 256,
@@ -70,15 +76,14 @@ class DenseRetriever:
         return mean_pool(states, self.backbone.n_layers)
 
     def search(self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000) -> Run:
-        run, live = start_run(queries, int(k) if isinstance(k, np.integer) else k, self.name)
+        run, live = start_run(queries, k, self.name)
         if not live:
             return run
         vectors = self.encode_queries([q.text for q in live])
-        depth = min(k, len(self.doc_ids))
+        depth = min(int(k), len(self.doc_ids))
         scores, numbers = self.index.search(vectors, depth)
         for q, row_scores, row_numbers in zip(live, scores, numbers):
-            # faiss orders ties arbitrarily; re-sort by score desc then doc number asc for a fixed tie rule.
-            order = np.lexsort((row_numbers, -row_scores))
+            order = tie_order(row_scores, row_numbers)  # faiss orders ties arbitrarily
             run.results[q.query_id] = [ScoredDoc(self.doc_ids[row_numbers[i]], float(row_scores[i]))
                                        for i in order if row_numbers[i] >= 0]
         return run

@@ -278,7 +278,14 @@ class DualEncoder:
     Queries go through the backbone's last layer and `embed_query`.
 
     Example:
-        >>> # de = build_dual_encoder(data.corpus, backbone, head); run = de.search(data.queries, k=100)
+        >>> from uhdsearch.types import Document
+        >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
+        ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]
+        >>> backbone = Backbone.from_pretrained()
+        >>> head = DualEncoderHead(backbone.hidden_size, dim=None, pooling="mean")  # untrained: LayerNorm only
+        >>> de = build_dual_encoder(docs, backbone, head, show_progress=False)
+        >>> de.search({"q1": "does vitamin d strengthen bones"}, k=2).doc_ids("q1")[0]
+        'd1'
     """
 
     def __init__(self, backbone: Backbone, embed_query: Embed, doc_ids: Sequence[str], entries: np.ndarray,
@@ -317,7 +324,7 @@ class DualEncoder:
 
     def search(self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000) -> Run:
         """Exact top-k per query; ties broken by doc number (corpus order)."""
-        run, live = start_run(queries, int(k) if isinstance(k, np.integer) else k, self.name)
+        run, live = start_run(queries, k, self.name)
         if not live:
             return run
         scores = self.document_scores(self.encode_queries([q.text for q in live]))

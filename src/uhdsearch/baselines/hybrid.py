@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 
 from uhdsearch.evaluation.metrics import evaluate
-from uhdsearch.types import Qrels, Query, Retriever, Run, ScoredDoc, as_queries
+from uhdsearch.types import Qrels, Query, Retriever, Run, ScoredDoc, as_queries, check_k, start_run
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def fuse_linear(
         >>> [(h.doc_id, round(h.score, 3)) for h in fuse_linear(a, b, 0.5, k=3)["q"]]
         [('d1', 0.5), ('d3', 0.5), ('d2', 0.25)]
     """
-    _check_k(k)
+    check_k(k)
     if not 0.0 <= weight <= 1.0 or math.isnan(weight):
         raise ValueError(f"weight={weight} must be between 0 and 1 (the first system's share)")
     if normalization not in ("min-max", "none"):
@@ -102,7 +102,7 @@ def fuse_rrf(run_a: Run, run_b: Run, k: int, rrf_k: int = 60, name: str = "rrf")
         >>> [(h.doc_id, round(h.score, 5)) for h in fuse_rrf(a, b, k=2)["q"]]
         [('d2', 0.03252), ('d1', 0.01639)]
     """
-    _check_k(k)
+    check_k(k)
     if rrf_k < 0:
         raise ValueError(f"rrf_k={rrf_k} must be >= 0")
     out = Run(name=name)
@@ -120,8 +120,16 @@ class HybridRetriever:
     """Two retrievers fused linearly (one weight) or by RRF, with the `search(queries, k)` interface.
 
     Example:
-        >>> # hybrid = HybridRetriever.tune(uhd, bm25, dev_queries, dev_qrels)   # picks the weight on dev
-        >>> # run = hybrid.search(data.queries, k=1000)
+        >>> from uhdsearch.types import Document
+        >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
+        ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]
+        >>> from uhdsearch.baselines.bm25 import BM25Retriever
+        >>> from uhdsearch.baselines.dense import DenseRetriever
+        >>> bm25 = BM25Retriever.build(docs, show_progress=False)
+        >>> dense = DenseRetriever.build(docs, show_progress=False)
+        >>> hybrid = HybridRetriever.tune(bm25, dense, {"q1": "vitamin d and bones"}, {"q1": {"d1": 1}})
+        >>> hybrid.search({"q1": "does vitamin d strengthen bones"}, k=2).doc_ids("q1")[0]
+        'd1'
     """
 
     def __init__(
@@ -142,7 +150,7 @@ class HybridRetriever:
             raise ValueError(f"method={method!r}; choose 'linear' or 'rrf'")
         if not 0.0 <= weight <= 1.0:
             raise ValueError(f"weight={weight} must be between 0 and 1 (the first system's share)")
-        _check_k(depth, "depth")
+        check_k(depth, "depth")
         for system in (first, second):
             if not callable(getattr(system, "search", None)):
                 raise TypeError(f"a {type(system).__name__} has no search(queries, k) method")
@@ -184,18 +192,18 @@ class HybridRetriever:
         Raises:
             ValueError: k <= 0.
         """
-        _check_k(k)
-        queries = as_queries(queries)
-        if not queries:
-            return Run(name=self.name)
+        run, live = start_run(queries, k, self.name)
+        if not live:
+            return run
         depth = max(self.depth, int(k))
-        run_a, run_b = (s.search(queries, depth) for s in (self.first, self.second))
+        run_a, run_b = (s.search(live, depth) for s in (self.first, self.second))
         if self.method == "rrf":
             fused = fuse_rrf(run_a, run_b, k, self.rrf_k, self.name)
         else:
             fused = fuse_linear(run_a, run_b, self.weight, k, self.normalization, self.name)
-        return Run({q.query_id: fused.results.get(q.query_id, []) if q.text.strip() else [] for q in queries},
-                   name=self.name)
+        for q in live:
+            run.results[q.query_id] = fused.results.get(q.query_id, [])
+        return run
 
 
 def _normalized(hits: list[ScoredDoc], normalization: Normalization) -> list[tuple[str, float]]:
@@ -206,7 +214,3 @@ def _normalized(hits: list[ScoredDoc], normalization: Normalization) -> list[tup
     scaled = (values - low) / (high - low) if high > low else np.ones_like(values)
     return [(h.doc_id, float(s)) for h, s in zip(hits, scaled)]
 
-
-def _check_k(k: int, what: str = "k") -> None:
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
-        raise ValueError(f"{what}={k!r} must be a positive integer")

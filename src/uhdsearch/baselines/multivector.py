@@ -18,7 +18,7 @@ from uhdsearch.baselines.dual_encoder import (
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
 from uhdsearch.search.topk import top_k
-from uhdsearch.types import Document, Query, Run, ScoredDoc, as_queries
+from uhdsearch.types import Document, Query, Run, ScoredDoc, as_queries, check_k, start_run
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,14 @@ class SumOfMaxReranker:
     `search` re-ranks the first stage's top `depth`, so it fits the common retriever interface.
 
     Example:
-        >>> # som = SumOfMaxReranker.build(data.corpus, backbone, first_stage=bm25); run = som.search(queries, 10)
+        >>> from uhdsearch.types import Document
+        >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
+        ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]
+        >>> from uhdsearch.baselines.bm25 import BM25Retriever
+        >>> bm25 = BM25Retriever.build(docs, show_progress=False)
+        >>> som = SumOfMaxReranker.build(docs, Backbone.from_pretrained(), first_stage=bm25, show_progress=False)
+        >>> som.search({"q1": "does vitamin d strengthen bones"}, k=2).doc_ids("q1")[0]
+        'd1'
     """
 
     def __init__(self, backbone: Backbone, doc_ids: Sequence[str], doc_tokens: torch.Tensor, offsets: np.ndarray,
@@ -140,12 +147,8 @@ class SumOfMaxReranker:
 
         Candidates unknown to this index are dropped with one warning; a query without candidates gets [].
         """
-        _check_k(k)
-        queries = as_queries(queries)
-        run = Run(name=self.name)
-        for q in queries:
-            run.results[q.query_id] = []
-        live = [q for q in queries if q.text.strip() and candidates.results.get(q.query_id)]
+        run, live = start_run(queries, k, self.name)
+        live = [q for q in live if candidates.results.get(q.query_id)]
         if not live:
             return run
         unknown = 0
@@ -168,7 +171,7 @@ class SumOfMaxReranker:
 
     def search(self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000) -> Run:
         """Re-rank the first stage's top `depth` (so at most `depth` results per query)."""
-        _check_k(k)
+        check_k(k)
         if self.first_stage is None:
             raise ValueError("this sum-of-max model has no first stage; build it with first_stage=... or use rerank")
         queries = as_queries(queries)
@@ -180,7 +183,3 @@ def _prepare(tokens: torch.Tensor, transform: TokenTransform | None, normalize: 
         tokens = transform(tokens)
     return torch.nn.functional.normalize(tokens, dim=1) if normalize else tokens
 
-
-def _check_k(k) -> None:
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
-        raise ValueError(f"k={k!r} must be a positive integer")

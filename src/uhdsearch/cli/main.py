@@ -1,6 +1,7 @@
 """uhdsearch command line: each command parses, calls one library function, prints.
 
-Results go to stdout, progress and logs to stderr; a user error prints one line and exits 2.
+Results go to stdout, progress and logs to stderr; a user error prints one line and exits 2, a bug shows its
+traceback.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+
+from uhdsearch.errors import UhdError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="UHD-BERT sparse retrieval: train, index, search, evaluate.")
@@ -123,7 +126,7 @@ def index(
     from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 
     if variant not in ("binary", "weighted"):
-        raise ValueError(f"--variant {variant!r}; choose binary or weighted")
+        raise UsageError(f"--variant {variant!r}; choose binary or weighted")
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
     encoder = UHDEncoder.from_pretrained(model)
     klass = BinaryIndex if variant == "binary" else WeightedIndex
@@ -155,11 +158,11 @@ def search(
     from uhdsearch.types import Query, Run
 
     if (queries is None) == (query is None):
-        raise ValueError("give exactly one of --queries FILE or --query TEXT")
+        raise UsageError("give exactly one of --queries FILE or --query TEXT")
     if k <= 0:
-        raise ValueError(f"--k {k} must be a positive integer")
+        raise UsageError(f"--k {k} must be a positive integer")
     if scoring not in (None, "binary", "weighted"):
-        raise ValueError(f"--scoring {scoring!r}; choose binary or weighted")
+        raise UsageError(f"--scoring {scoring!r}; choose binary or weighted")
     overrides = {}
     if wta_k is not None:
         overrides["wta_k"] = wta_k
@@ -228,26 +231,48 @@ def compare_systems(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app, turning user errors into one line on stderr and exit code 2."""
+    """Entry point: user errors become one `error: ...` line on stderr and exit code 2; bugs stay bugs.
+
+    User errors are the project's own (UhdError and subclasses), file errors (OSError) and malformed command
+    lines. Any other exception propagates with its traceback (a non-zero exit), because it is a bug.
+    """
     _state["debug"] = False
     try:
         code = app(args=argv, standalone_mode=False)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except Exception as exc:  # noqa: BLE001 - the CLI's one boundary for user errors
+    except Exception as exc:
         if isinstance(exc, _click_types("Abort")):
             typer.echo("aborted", err=True)
             return 130
+        if isinstance(exc, _click_types("NoArgsIsHelpError")):  # typer has printed the usage already
+            return 2
         if isinstance(exc, _click_types("ClickException")):  # malformed options or commands
             hint = " (see --help)" if getattr(exc, "ctx", None) is not None else ""
             typer.echo(f"error: {_one_line(Exception(exc.format_message()))}{hint}", err=True)
             return 2
-        if _state["debug"]:
+        if not _is_user_error(exc) or _state["debug"]:
             raise
         typer.echo(f"error: {_one_line(exc)}", err=True)
         return 2
     # Without standalone mode, typer returns the code of a typer.Exit (Ctrl-C is Exit(130)) instead of exiting.
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    """UhdError, OSError, or a ValueError raised by uhdsearch's own code (its argument checks).
+
+    Every ValueError that uhdsearch itself raises reports bad input (errors.py); one raised inside numpy, torch
+    or another library is a bug and shows as one.
+    """
+    if isinstance(exc, (UhdError, OSError)):
+        return True
+    if type(exc) is not ValueError or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("uhdsearch.")
 
 
 def _click_types(name: str) -> tuple[type, ...]:

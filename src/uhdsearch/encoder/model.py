@@ -59,7 +59,7 @@ class UHDEncoder(nn.Module):
         Example:
             >>> from uhdsearch.encoder.config import EncoderConfig
             >>> enc = UHDEncoder.new(config=EncoderConfig(dim=1024, wta_k=8, query_k=None))
-            >>> enc.encode_query(["what is sparse retrieval"]).active_per_row()[0, 0] > 0
+            >>> bool(enc.encode_query(["what is sparse retrieval"]).active_per_row()[0, 0] > 0)
             True
         """
         return cls(Backbone.from_pretrained(backbone_dir), config or EncoderConfig())
@@ -124,10 +124,12 @@ class UHDEncoder(nn.Module):
 
     def encode_states(
         self, states: TokenStates, kind: Kind = "document", batch_size: int = 64, wta_k: int | None = None,
-        query_k: int | None | Literal["config"] = "config", show_progress: bool = True,
-        rows: Sequence[int] | None = None,
+        show_progress: bool = True, rows: Sequence[int] | None = None,
     ) -> SparseEncoding:
-        """Encode texts whose backbone states were computed once (compute_token_states); `rows` picks a subset."""
+        """Encode texts whose backbone states were computed once (compute_token_states); `rows` picks a subset.
+
+        Queries keep the config's query_k top dimensions per bucket.
+        """
         parts: list[list[sp.csr_matrix]] = [[] for _ in self.layers]
         rows = list(range(states.n)) if rows is None else list(rows)
         with torch.inference_mode():
@@ -140,7 +142,7 @@ class UHDEncoder(nn.Module):
             return SparseEncoding([sp.csr_matrix((0, self.config.dim), dtype=np.float32) for _ in self.layers])
         encoded = SparseEncoding([sp.vstack(p, format="csr") for p in parts])
         if kind == "query":
-            encoded = encoded.truncate(self.config.query_k if query_k == "config" else query_k)
+            encoded = encoded.truncate(self.config.query_k)
         return encoded
 
     def center_buckets(self, states: TokenStates) -> None:
@@ -167,28 +169,40 @@ class UHDEncoder(nn.Module):
         self,
         texts: Sequence[str],
         batch_size: int = 64,
-        query_k: int | None | Literal["config"] = "config",
+        query_k: int | None = None,
         wta_k: int | None = None,
         show_progress: bool = False,
     ) -> SparseEncoding:
-        """Encode queries; keep each bucket's top `query_k` dims (Table 4; default from the config)."""
-        encoded = self._encode(texts, "query", batch_size, wta_k, show_progress)
-        top_k = self.config.query_k if query_k == "config" else query_k
-        return encoded.truncate(top_k)
+        """Encode queries; keep each bucket's top `query_k` dims (Table 4); None: the config's query_k.
+
+        To keep every active dimension whatever the config says, use ``encode(texts, "query")``.
+        The result's `truncated` flags the queries cut to ``config.query_max_length`` tokens.
+        """
+        encoded = self.encode(texts, "query", batch_size, wta_k, show_progress)
+        return encoded.truncate(self.config.query_k if query_k is None else query_k)
 
     def encode_document(
         self, texts: Sequence[str], batch_size: int = 32, wta_k: int | None = None, show_progress: bool = True
     ) -> SparseEncoding:
         """Encode documents into per-bucket sparse vectors, (len(texts), dim) CSR float32 each."""
-        return self._encode(texts, "document", batch_size, wta_k, show_progress)
+        return self.encode(texts, "document", batch_size, wta_k, show_progress)
 
-    def _encode(self, texts, kind: Kind, batch_size: int, wta_k, show_progress: bool) -> SparseEncoding:
+    def encode(self, texts: Sequence[str], kind: Kind, batch_size: int = 64, wta_k: int | None = None,
+               show_progress: bool = False) -> SparseEncoding:
+        """Encode texts with no query_k truncation, each tokenized once.
+
+        Returns:
+            Per-bucket (len(texts), dim) CSR float32; its `truncated` flags the texts cut to the kind's maximum
+            number of tokens (``config.query_max_length`` or ``config.document_max_length``).
+        """
         texts = list(texts)
         if not texts:
-            return SparseEncoding([sp.csr_matrix((0, self.config.dim), dtype=np.float32) for _ in self.layers])
+            return SparseEncoding([sp.csr_matrix((0, self.config.dim), dtype=np.float32) for _ in self.layers],
+                                  np.zeros(0, dtype=bool))
         max_length = self.config.query_max_length if kind == "query" else self.config.document_max_length
         parts: list[list[sp.csr_matrix]] = [[] for _ in self.layers]
         order: list[np.ndarray] = []
+        truncated = np.zeros(len(texts), dtype=bool)
         was_training = self.training
         if was_training:  # walking every module costs ~5 ms, as much as a query's WTA projection
             self.eval()
@@ -196,7 +210,7 @@ class UHDEncoder(nn.Module):
                    disable=not show_progress, leave=False)
         try:
             with torch.inference_mode():
-                for positions, batch in self._length_sorted_batches(texts, max_length, batch_size):
+                for positions, batch in self._length_sorted_batches(texts, max_length, batch_size, truncated):
                     vectors = self._encode_batch(batch["input_ids"], batch["attention_mask"], wta_k)
                     for b, v in enumerate(vectors):
                         parts[b].append(_rows_to_csr(v))
@@ -208,14 +222,18 @@ class UHDEncoder(nn.Module):
                 self.train()
         order = np.concatenate(order)
         if len(parts[0]) == 1 and np.array_equal(order, np.arange(len(texts))):  # one batch in order (a query)
-            return SparseEncoding([p[0] for p in parts])
+            return SparseEncoding([p[0] for p in parts], truncated)
         inverse = np.argsort(order, kind="stable")
-        return SparseEncoding([sp.vstack(p, format="csr")[inverse] for p in parts])
+        return SparseEncoding([sp.vstack(p, format="csr")[inverse] for p in parts], truncated)
 
-    def _length_sorted_batches(self, texts, max_length: int, batch_size: int) -> Iterator[tuple[np.ndarray, dict]]:
+    def _length_sorted_batches(self, texts, max_length: int, batch_size: int,
+                               truncated: np.ndarray) -> Iterator[tuple[np.ndarray, dict]]:
         # Batching texts of similar length avoids computing padding, about 1.5x faster on real corpora.
         tokenizer = self.backbone.tokenizer
-        ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+        tokenized = tokenizer(texts, truncation=True, max_length=max_length)
+        ids = tokenized["input_ids"]
+        # A fast tokenizer keeps what truncation cut off; Backbone.from_pretrained insists on a fast one.
+        truncated[:] = [bool(e.overflowing) for e in tokenized.encodings]
         lengths = np.array([len(x) for x in ids])
         order = np.argsort(-lengths, kind="stable")
         for start in range(0, len(texts), batch_size):

@@ -1,4 +1,4 @@
-"""Searcher(encoder, index): encode -> query_k truncation -> score -> top-k -> Run."""
+"""Searcher(encoder, index): drop empty queries -> encode once -> query_k -> score -> top-k -> Run."""
 from __future__ import annotations
 
 import logging
@@ -11,20 +11,33 @@ from tqdm.auto import tqdm
 
 from uhdsearch.errors import DimensionMismatchError
 from uhdsearch.index.inverted import InvertedIndex
-from uhdsearch.search.scoring import Scoring
+from uhdsearch.search.topk import tie_order
 from uhdsearch.sparse import SparseEncoding
-from uhdsearch.types import Query, Run, ScoredDoc, as_queries
+from uhdsearch.types import Query, Run, ScoredDoc, as_queries, check_k, start_run
 
 logger = logging.getLogger(__name__)
 
+Scoring = Literal["binary", "weighted"]
 MAX_QUERY_CHARS = 10_000  # longer input is cut before tokenizing; the model sees 32 tokens anyway
 
 
 class Searcher:
     """Full ranking and re-ranking with a UHD encoder over an inverted index.
 
+    Args:
+        query_k: top dimensions kept per query bucket (Table 4); None: the encoder config's query_k.
+
     Example:
-        >>> # run = Searcher(model, index).search({"q1": "vitamin d and bone density"}, k=10)
+        >>> from uhdsearch.encoder.config import EncoderConfig
+        >>> from uhdsearch.encoder.model import UHDEncoder
+        >>> from uhdsearch.index.inverted import BinaryIndex
+        >>> model = UHDEncoder.new(config=EncoderConfig(dim=1024, wta_k=8, query_k=None))
+        >>> texts = ["vitamin d and bone density", "the mouse genome", "heart failure after surgery"]
+        >>> index = BinaryIndex.from_encoding(model.encode_document(texts, show_progress=False),
+        ...                                   ["d1", "d2", "d3"], None, model.digest())
+        >>> run = Searcher(model, index).search({"q1": "vitamin d and bone density"}, k=2)
+        >>> run["q1"][0].doc_id
+        'd1'
     """
 
     def __init__(
@@ -32,12 +45,13 @@ class Searcher:
         encoder,
         index: InvertedIndex,
         scoring: Scoring | None = None,
-        query_k: int | None | Literal["config"] = "config",
+        query_k: int | None = None,
         bucket_weights: Sequence[float] | None = None,
         name: str | None = None,
         query_selection: Literal["value", "value-idf"] = "value",
     ) -> None:
         config = encoder.config
+        # Checked here, once, with the encoder named: the index's own checks only see encoded queries.
         if config.dim != index.dim:
             raise DimensionMismatchError(
                 f"the encoder has dim={config.dim} but the index has dim={index.dim}; "
@@ -57,7 +71,7 @@ class Searcher:
             raise ValueError(f"scoring={self.scoring!r}; choose 'binary' or 'weighted'")
         if self.scoring == "weighted" and index.variant != "weighted":
             raise ValueError("weighted scoring needs a weighted index; build one with WeightedIndex")
-        self.query_k = query_k
+        self.query_k = config.query_k if query_k is None else check_k(query_k, "query_k")
         if query_selection not in ("value", "value-idf"):
             raise ValueError(f"query_selection={query_selection!r}; choose 'value' or 'value-idf'")
         self.query_selection = query_selection
@@ -67,44 +81,46 @@ class Searcher:
             n = index.n_documents
             self._idf = [np.log((n + 1) / (index.document_frequencies(b) + 1)) for b in range(index.n_buckets)]
         weights = tuple(bucket_weights) if bucket_weights is not None else config.weights
-        if len(weights) != index.n_buckets:
+        if len(weights) != index.n_buckets:  # rerank scores without the index's search_encoded, which checks this
             raise ValueError(f"{len(weights)} bucket weights for {index.n_buckets} buckets")
         self.bucket_weights = weights
         self.name = name or f"uhd-{self.scoring}"
+        self._documents: SparseEncoding | None = None  # the index's vectors, loaded by the first rerank
 
     def encode(self, queries: Sequence[Query]) -> SparseEncoding:
-        texts = _clean_texts(queries, self.encoder.backbone.tokenizer, self.encoder.config.query_max_length)
-        if self._idf is None:
-            return self.encoder.encode_query(texts, query_k=self.query_k)
-        top_k = self.encoder.config.query_k if self.query_k == "config" else self.query_k
-        return self.encoder.encode_query(texts, query_k=None).truncate(top_k, self._idf)
+        """Encode query texts once, keep `query_k` dims per bucket; one warning for the queries that were cut."""
+        texts = [q.text[:MAX_QUERY_CHARS] for q in queries]
+        encoded = self.encoder.encode(texts, "query")
+        cut = np.array([len(q.text) > MAX_QUERY_CHARS for q in queries], dtype=bool)
+        if encoded.truncated is not None:
+            cut |= encoded.truncated
+        if cut.any():
+            logger.warning("%d queries are longer than %d tokens and were truncated", int(cut.sum()),
+                           self.encoder.config.query_max_length)
+        return encoded.truncate(self.query_k, self._idf)
 
     def search(
         self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000, show_progress: bool = False
     ) -> Run:
         """Rank the whole index for each query.
 
-        Empty queries get an empty result (one warning per call); over-long ones are truncated.
+        Empty queries get an empty result (one warning per call) and are never encoded; over-long ones are
+        truncated (one warning per call).
 
         Raises:
             ValueError: k <= 0.
         """
-        _check_k(k)
-        queries = as_queries(queries)
-        run = Run(name=self.name)
-        if not queries:
+        run, live = start_run(queries, k, self.name)
+        if not live:
             return run
-        encoded = self.encode(queries)
+        encoded = self.encode(live)
         doc_ids = self.index.doc_ids
         batch = 256  # bounds result memory and lets the progress bar move
-        for start in tqdm(range(0, len(queries), batch), desc="search", disable=not show_progress, leave=False):
-            part = queries[start:start + batch]
+        for start in tqdm(range(0, len(live), batch), desc="search", disable=not show_progress, leave=False):
+            part = live[start:start + batch]
             numbers, scores = self.index.search_encoded(encoded[start:start + len(part)], k, self.bucket_weights,
                                                         self.scoring)
             for row, query in enumerate(part):
-                if not query.text.strip():
-                    run.results[query.query_id] = []
-                    continue
                 hits = numbers[row] >= 0
                 run.results[query.query_id] = [ScoredDoc(doc_ids[d], float(s))
                                                for d, s in zip(numbers[row, hits], scores[row, hits])]
@@ -113,35 +129,60 @@ class Searcher:
     def rerank(self, queries: Mapping[str, str] | Sequence[Query], candidates: Run, k: int = 1000) -> Run:
         """Re-rank each query's candidate documents (e.g. BM25's top 1000) by UHD score.
 
-        Candidates that share no active dimension score 0 and keep their relative order at the end.
+        Only the candidates are scored. Candidates that share no active dimension score 0 and keep their
+        relative order at the end.
+
+        Raises:
+            ValueError: k <= 0, or a candidate doc_id that is not in the index.
         """
-        _check_k(k)
-        queries = as_queries(queries)
-        run = Run(name=f"{self.name}-rerank")
-        if not queries:
-            return run
-        encoded = self.encode(queries)
+        run, live = start_run(queries, k, f"{self.name}-rerank")
         number = {d: i for i, d in enumerate(self.index.doc_ids)}
-        n_numbers = len(self.index.doc_ids)  # doc numbers, deleted ones included (a segmented index keeps them)
-        for row, query in enumerate(queries):
+        pools = {}
+        for query in as_queries(queries):
             pool = [h.doc_id for h in candidates.results.get(query.query_id, [])]
             unknown = [d for d in pool if d not in number]
             if unknown:
                 raise ValueError(f"query {query.query_id}: candidate doc_ids not in the index, e.g. {unknown[:3]}")
-            if not query.text.strip() or not pool:
-                run.results[query.query_id] = []
-                continue
+            pools[query.query_id] = pool
+        live = [q for q in live if pools[q.query_id]]
+        if not live:
+            return run
+        encoded = self.encode(live)
+        for row, query in enumerate(live):
+            pool = pools[query.query_id]
             pool_numbers = np.array([number[d] for d in pool], dtype=np.int64)
-            outside = np.ones(n_numbers, dtype=bool)
-            outside[pool_numbers] = False  # score only the pool: everything else counts as deleted
-            numbers, scores = self.index.search_encoded(encoded[row:row + 1], len(pool), self.bucket_weights,
-                                                        self.scoring, deleted=outside)
-            found = numbers[0] >= 0
-            score_of = dict(zip(numbers[0, found].tolist(), scores[0, found].tolist()))
-            pool_scores = np.array([score_of.get(int(n), 0.0) for n in pool_numbers])
-            order = np.lexsort((np.arange(len(pool)), -pool_scores))[:k]  # stable: ties keep candidate order
+            pool_scores = self._candidate_scores(encoded[row:row + 1], pool_numbers)
+            order = tie_order(pool_scores, np.arange(len(pool)))[:k]  # ties keep the candidates' order
             run.results[query.query_id] = [ScoredDoc(pool[i], float(pool_scores[i])) for i in order]
         return run
+
+    def _candidate_scores(self, query: SparseEncoding, numbers: np.ndarray) -> np.ndarray:
+        """(len(numbers),) float64 Eq. 7 scores of one query against the given documents; <= 0 counts as 0."""
+        if not hasattr(self.index, "document_vectors"):
+            return self._candidate_scores_by_search(query, numbers)
+        if self._documents is None:
+            documents = self.index.document_vectors()  # a binary index's vectors are all ones already
+            self._documents = documents.binarize() if self.scoring != self.index.variant else documents
+        if self.scoring == "binary":
+            query = query.binarize()
+        total = np.zeros(numbers.shape[0])
+        # Summed bucket by bucket from 0.0 in float64, as the index's kernels sum them.
+        for weight, q, documents in zip(self.bucket_weights, query.buckets, self._documents.buckets):
+            if weight == 0 or q.nnz == 0:
+                continue
+            products = q.astype(np.float64) @ documents[numbers].astype(np.float64).T
+            total += weight * products.toarray().ravel()
+        return np.where(total > 0, total, 0.0)  # the index returns positive scores only
+
+    def _candidate_scores_by_search(self, query: SparseEncoding, numbers: np.ndarray) -> np.ndarray:
+        # An index without document_vectors (SegmentedIndex): search it with everything else masked out.
+        outside = np.ones(len(self.index.doc_ids), dtype=bool)  # doc numbers, deleted ones included
+        outside[numbers] = False
+        found, scores = self.index.search_encoded(query, len(numbers), self.bucket_weights, self.scoring,
+                                                  deleted=outside)
+        hits = found[0] >= 0
+        score_of = dict(zip(found[0, hits].tolist(), scores[0, hits].tolist()))
+        return np.array([score_of.get(int(n), 0.0) for n in numbers])
 
     def latency_ms(self, queries: Sequence[Query], k: int = 10) -> float:
         """Median milliseconds per query for encode + search, one query at a time (Table 3's setting)."""
@@ -156,27 +197,3 @@ class Searcher:
         finally:
             logger.setLevel(previous)
         return float(np.median(times)) if times else float("nan")
-
-
-def _check_k(k: int) -> None:
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
-        raise ValueError(f"k={k!r} must be a positive integer")
-
-
-def _clean_texts(queries: Sequence[Query], tokenizer, max_tokens: int) -> list[str]:
-    texts, n_empty, n_long = [], 0, 0
-    for q in queries:
-        text = q.text
-        if not text.strip():
-            n_empty += 1
-        if len(text) > MAX_QUERY_CHARS:
-            text = text[:MAX_QUERY_CHARS]
-            n_long += 1
-        texts.append(text)
-    if n_empty:
-        logger.warning("%d empty or whitespace-only queries get empty results", n_empty)
-    lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]] if texts else []
-    n_long += sum(1 for n in lengths if n > max_tokens)
-    if n_long:
-        logger.warning("%d queries are longer than %d tokens and were truncated", n_long, max_tokens)
-    return texts
