@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from uhdsearch.encoder.states import TokenStates
-from uhdsearch.training.binary import Estimator, annealed_tau, binary_relevance
+from uhdsearch.training.binary import Estimator, annealed_tau, binary_relevance, scale_rows
 from uhdsearch.training.data import TrainingPair, remove_span, unique_document_batches
 from uhdsearch.training.losses import (distillation, document_frequency_penalty, flops, hinge_in_batch, infonce,
                                        margin_mse)
@@ -203,7 +203,10 @@ def train(
                 loss = loss + args.distill_weight * distillation(scores, target, args.student_temperature,
                                                                   args.teacher_temperature)
             if args.density_weight > 0:
-                penalty = sum(flops(v) if args.density == "flops" else document_frequency_penalty(v, tau) for v in d)
+                # FLOPS on unit rows would reward spreading a text over more dims (sum_j x_j^2 is fixed at 1):
+                # rows are scaled to max 1 first, so the penalty grows with the number of active dims.
+                penalty = sum(flops(scale_rows(v)) if args.density == "flops" else document_frequency_penalty(v, tau)
+                              for v in d)
                 loss = loss + args.density_weight * penalty
             (loss / args.grad_accumulation).backward()
             micro += 1
