@@ -105,3 +105,6 @@ def test_train_rejects_objectives_without_their_inputs(tiny_encoder, setup):
         train(tiny_encoder, docs, pairs, TrainingArgs(loss="kl"), show_progress=False)
     with pytest.raises(ValueError, match="needs hard_negatives"):
         train(tiny_encoder, docs, pairs, TrainingArgs(loss="margin_mse"), teacher=teacher, show_progress=False)
+    states = tiny_encoder.token_states(["one query"], "query", show_progress=False)
+    with pytest.raises(ValueError, match="query_states cover 1 texts"):
+        train(tiny_encoder, docs, pairs, query_states=states, show_progress=False)

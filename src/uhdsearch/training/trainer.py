@@ -109,6 +109,7 @@ def train(
     pairs: Sequence[TrainingPair],
     args: TrainingArgs = TrainingArgs(),
     document_states: TokenStates | None = None,
+    query_states: TokenStates | None = None,
     hard_negatives: Sequence[int | None] | None = None,
     teacher: TeacherScorer | None = None,
     eval_fn: Callable[[object], float] | None = None,
@@ -119,6 +120,7 @@ def train(
     Args:
         documents: the corpus as a list; pairs refer to its rows.
         document_states: backbone states of `documents` (frozen backbone only); computed here if None.
+        query_states: states of sorted({p.query for p in pairs}) in that order (frozen only), to share across runs.
         hard_negatives: one document row (or None) per pair, appended as extra negatives (e.g. teacher-mined,
             negatives.teacher_negatives).
         teacher: any teachers.TeacherScorer (wrap in CachedTeacher to score each pair once); the target of
@@ -144,13 +146,15 @@ def train(
     positives: dict[str, set[int]] = {}
     for p in pairs:
         positives.setdefault(p.query, set()).add(p.doc_row)
-    query_states = None
     if frozen:
         if document_states is None:
             document_states = model.token_states([d.full_text for d in documents], "document",
                                                  show_progress=show_progress)
         unique_queries = sorted({p.query for p in pairs})
-        query_states = model.token_states(unique_queries, "query", show_progress=show_progress)
+        if query_states is None:
+            query_states = model.token_states(unique_queries, "query", show_progress=show_progress)
+        elif query_states.n != len(unique_queries):
+            raise ValueError(f"query_states cover {query_states.n} texts; the pairs have {len(unique_queries)} queries")
         query_row = {q: i for i, q in enumerate(unique_queries)}
 
     n_epochs = math.ceil(args.epochs)
