@@ -13,15 +13,23 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from uhdsearch.encoder.states import TokenStates
+from uhdsearch.training.binary import Estimator, annealed_tau, binary_relevance, scale_rows
 from uhdsearch.training.data import TrainingPair, remove_span, unique_document_batches
-from uhdsearch.training.losses import distillation, hinge_in_batch
+from uhdsearch.training.losses import (distillation, document_frequency_penalty, flops, hinge_in_batch, infonce,
+                                       margin_mse)
+from uhdsearch.training.teachers import Teacher, TeacherScorer
 from uhdsearch.types import Document
+
+__all__ = ["Teacher", "TrainingArgs", "TrainingResult", "train"]  # Teacher: teachers.DenseTeacher, kept here too
+
+LossName = Literal["hinge", "infonce", "kl", "margin_mse"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +49,14 @@ class TrainingArgs:
     distill_weight: float = 0.0  # listwise KL to a dense teacher's in-batch scores (0 = paper's loss only)
     student_temperature: float = 0.05
     teacher_temperature: float = 0.05
+    loss: LossName = "hinge"  # hinge = Eq. 8; kl and margin_mse need a teacher, margin_mse hard negatives too
+    teacher_scale: float = 1.0  # teacher scores x this before MarginMSE (student scores lie in [0, 1])
+    binary_aware: bool = False  # score by the binarized buckets' overlap (training/binary.py), as deployed
+    binary_estimator: Estimator = "ste"
+    tau: float | None = None  # relaxation temperature (rows scaled to max 1); None with "ste" = identity backward
+    tau_end: float | None = None  # anneal tau geometrically to this by the last step
+    density_weight: float = 0.0  # x the density penalty of the batch's document buckets
+    density: Literal["flops", "df"] = "flops"  # df needs tau
     max_steps: int | None = None
     max_minutes: float | None = None  # stop early when a time budget runs out
     eval_every: int | None = None  # steps between eval hook calls; the best state is kept
@@ -59,6 +75,22 @@ class TrainingArgs:
             raise ValueError(f"grad_accumulation={self.grad_accumulation} must be >= 1")
         if self.distill_weight < 0:
             raise ValueError(f"distill_weight={self.distill_weight} must be >= 0")
+        if self.loss not in ("hinge", "infonce", "kl", "margin_mse"):
+            raise ValueError(f"loss={self.loss!r}; choose 'hinge', 'infonce', 'kl' or 'margin_mse'")
+        if self.binary_estimator not in ("ste", "relaxed"):
+            raise ValueError(f"binary_estimator={self.binary_estimator!r}; choose 'ste' or 'relaxed'")
+        if self.density not in ("flops", "df"):
+            raise ValueError(f"density={self.density!r}; choose 'flops' or 'df'")
+        if self.density_weight < 0:
+            raise ValueError(f"density_weight={self.density_weight} must be >= 0")
+        if self.tau is not None and self.tau <= 0 or self.tau_end is not None and self.tau_end <= 0:
+            raise ValueError(f"tau={self.tau}, tau_end={self.tau_end} must be positive")
+        needs_tau = (self.binary_aware and self.binary_estimator == "relaxed") or \
+            (self.density_weight > 0 and self.density == "df")
+        if needs_tau and self.tau is None:
+            raise ValueError("the relaxed estimator and the df density penalty need a tau (e.g. tau=0.1)")
+        if self.tau_end is not None and self.tau is None:
+            raise ValueError("tau_end needs a starting tau")
 
 
 @dataclass
@@ -71,26 +103,15 @@ class TrainingResult:
     best_score: float | None = None
 
 
-class Teacher:
-    """Dense teacher scores: cosine of precomputed query and document embeddings."""
-
-    def __init__(self, query_vectors: dict[str, np.ndarray], document_vectors: np.ndarray) -> None:
-        self.query_vectors = query_vectors
-        self.document_vectors = torch.from_numpy(document_vectors)
-
-    def scores(self, queries: Sequence[str], doc_rows: Sequence[int]) -> torch.Tensor:
-        q = torch.from_numpy(np.stack([self.query_vectors[t] for t in queries]))
-        return q @ self.document_vectors[list(doc_rows)].t()
-
-
 def train(
     model,
     documents: Sequence[Document],
     pairs: Sequence[TrainingPair],
     args: TrainingArgs = TrainingArgs(),
     document_states: TokenStates | None = None,
+    query_states: TokenStates | None = None,
     hard_negatives: Sequence[int | None] | None = None,
-    teacher: Teacher | None = None,
+    teacher: TeacherScorer | None = None,
     eval_fn: Callable[[object], float] | None = None,
     show_progress: bool = True,
 ) -> TrainingResult:
@@ -99,11 +120,14 @@ def train(
     Args:
         documents: the corpus as a list; pairs refer to its rows.
         document_states: backbone states of `documents` (frozen backbone only); computed here if None.
-        hard_negatives: one document row (or None) per pair, appended as extra negatives.
-        teacher: adds `distill_weight` x listwise KL to the teacher's in-batch scores.
+        query_states: states of sorted({p.query for p in pairs}) in that order (frozen only), to share across runs.
+        hard_negatives: one document row (or None) per pair, appended as extra negatives (e.g. teacher-mined,
+            negatives.teacher_negatives).
+        teacher: any teachers.TeacherScorer (wrap in CachedTeacher to score each pair once); the target of
+            loss="kl" and "margin_mse", and of the `distill_weight` x KL term added to any loss.
         eval_fn: called every `eval_every` steps with the model; higher is better; the best weights are kept.
     Raises:
-        ValueError: no pairs, or hard_negatives of the wrong length.
+        ValueError: no pairs, hard_negatives of the wrong length, or a loss without what it needs.
     """
     if not pairs:
         raise ValueError("no training pairs: check the qrels split or the corpus for ICT")
@@ -111,6 +135,10 @@ def train(
         raise ValueError(f"{len(hard_negatives)} hard negatives for {len(pairs)} pairs")
     if args.distill_weight > 0 and teacher is None:
         raise ValueError("distill_weight > 0 needs a teacher")
+    if args.loss in ("kl", "margin_mse") and teacher is None:
+        raise ValueError(f"loss={args.loss!r} needs a teacher")
+    if args.loss == "margin_mse" and hard_negatives is None:
+        raise ValueError("loss='margin_mse' needs hard_negatives (one per pair)")
     torch.manual_seed(args.seed)
     frozen = args.train_backbone_layers == 0
     model.backbone.set_trainable_layers(args.train_backbone_layers)
@@ -118,13 +146,15 @@ def train(
     positives: dict[str, set[int]] = {}
     for p in pairs:
         positives.setdefault(p.query, set()).add(p.doc_row)
-    query_states = None
     if frozen:
         if document_states is None:
             document_states = model.token_states([d.full_text for d in documents], "document",
                                                  show_progress=show_progress)
         unique_queries = sorted({p.query for p in pairs})
-        query_states = model.token_states(unique_queries, "query", show_progress=show_progress)
+        if query_states is None:
+            query_states = model.token_states(unique_queries, "query", show_progress=show_progress)
+        elif query_states.n != len(unique_queries):
+            raise ValueError(f"query_states cover {query_states.n} texts; the pairs have {len(unique_queries)} queries")
         query_row = {q: i for i, q in enumerate(unique_queries)}
 
     n_epochs = math.ceil(args.epochs)
@@ -163,15 +193,25 @@ def train(
                 q = model([p.query for p in batch], "query")
                 texts = [remove_span(documents[p.doc_row].full_text, p.drop) for p in batch]
                 d = model(texts + [documents[r].full_text for r in extra], "document")
-            scores = model.relevance(q, d)
             columns = rows + extra
             ignore = torch.tensor([[j != i and columns[j] in positives[p.query] for j in range(len(columns))]
                                    for i, p in enumerate(batch)])
-            loss = hinge_in_batch(scores, args.margin, ignore)
+            tau = annealed_tau(result.steps, total_steps, args.tau, args.tau_end) if args.tau else None
+            if args.binary_aware:
+                scores = binary_relevance(q, d, model.config.weights, tau, args.binary_estimator)
+            else:
+                scores = model.relevance(q, d)
+            loss = _main_loss(args, scores, ignore, batch, columns, negative_of, teacher)
             if args.distill_weight > 0:
                 target = teacher.scores([p.query for p in batch], rows + extra)
                 loss = loss + args.distill_weight * distillation(scores, target, args.student_temperature,
                                                                   args.teacher_temperature)
+            if args.density_weight > 0:
+                # FLOPS on unit rows would reward spreading a text over more dims (sum_j x_j^2 is fixed at 1):
+                # rows are scaled to max 1 first, so the penalty grows with the number of active dims.
+                penalty = sum(flops(scale_rows(v)) if args.density == "flops" else document_frequency_penalty(v, tau)
+                              for v in d)
+                loss = loss + args.density_weight * penalty
             (loss / args.grad_accumulation).backward()
             micro += 1
             if micro % args.grad_accumulation:
@@ -204,6 +244,24 @@ def train(
     model.eval()
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _main_loss(args: TrainingArgs, scores: torch.Tensor, ignore: torch.Tensor, batch: Sequence[TrainingPair],
+               columns: list[int], negative_of: dict[int, int | None], teacher) -> torch.Tensor:
+    if args.loss == "hinge":
+        return hinge_in_batch(scores, args.margin, ignore)
+    if args.loss == "infonce":
+        return infonce(scores, args.student_temperature, ignore)
+    target = teacher.scores([p.query for p in batch], columns).to(scores.dtype)
+    if args.loss == "kl":
+        return distillation(scores, target, args.student_temperature, args.teacher_temperature)
+    # margin_mse: (query, its positive, its own hard negative) triples of the batch
+    triples = [(i, columns.index(negative_of[id(p)])) for i, p in enumerate(batch)
+               if negative_of.get(id(p)) is not None and negative_of[id(p)] in columns]
+    if not triples:
+        return scores.sum() * 0.0
+    i, j = (torch.tensor(t) for t in zip(*triples))
+    return margin_mse(scores[i, i], scores[i, j], args.teacher_scale * target[i, i], args.teacher_scale * target[i, j])
 
 
 def _evaluate(model, eval_fn, result: TrainingResult, best_state):

@@ -1,0 +1,167 @@
+"""First probe of issue 16's objectives on SciFact: does any beat the untrained centred head on a DEV split?
+
+Frozen MiniLM, token states computed once (cached in --cache-dir as .npy), dim 32,768, wta_k 40, centred heads.
+Dev = 10 % of SciFact's TRAIN queries (the quickstart's split, seed 0); it is scored over its positives plus
+sampled documents (up to 1,000 in all, as the quickstart's dev evaluator). The test split is never read.
+
+    nice -n 10 python benchmarks/training_probe.py            # table on stdout, JSON in benchmarks/results/
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from uhdsearch.baselines.dense import mean_pool
+from uhdsearch.encoder.backbone import Backbone
+from uhdsearch.encoder.config import EncoderConfig
+from uhdsearch.encoder.model import UHDEncoder
+from uhdsearch.encoder.states import TokenStates, compute_token_states
+from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
+from uhdsearch.evaluation.metrics import evaluate
+from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
+from uhdsearch.io import write_json
+from uhdsearch.search.searcher import Searcher
+from uhdsearch.training.data import ict_pairs, pairs_from_qrels
+from uhdsearch.training.negatives import teacher_negatives
+from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, rank_with_teacher
+from uhdsearch.training.trainer import TrainingArgs, train
+
+RESULTS = Path(__file__).resolve().parent / "results" / "training_probe_scifact.json"
+
+
+def cached_states(backbone, texts, layer: int, max_length: int, path: Path) -> TokenStates:
+    """Token states of one layer, read from / written to `path`.*.npy (bfloat16 kept as its uint16 bits)."""
+    files = [Path(f"{path}.{n}.npy") for n in ("states", "offsets", "spans")]
+    if all(f.is_file() for f in files):
+        bits, offsets, spans = (np.load(f, allow_pickle=False) for f in files)
+        if offsets.shape[0] == len(texts) + 1:
+            return TokenStates([layer], [torch.from_numpy(bits).view(torch.bfloat16)], offsets, spans)
+    states = compute_token_states(backbone, texts, [layer], max_length, desc=path.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for f, a in zip(files, (states.states[0].view(torch.int16).numpy(), states.offsets, states.char_spans)):
+        np.save(f, a, allow_pickle=False)
+    return states
+
+
+def dev_evaluator(states, documents, queries, qrels, n_documents: int = 1_000):
+    judged = {d for rel in qrels.values() for d in rel}
+    rows = [i for i, d in enumerate(documents) if d.doc_id in judged]
+    others = [i for i, d in enumerate(documents) if d.doc_id not in judged]
+    rows = sorted(rows + random.Random(0).sample(others, max(0, n_documents - len(rows))))
+    doc_ids = [documents[i].doc_id for i in rows]
+
+    def score(model, both: bool = False):
+        encoded = model.encode_states(states, show_progress=False, rows=rows)
+        binary = evaluate(Searcher(model, BinaryIndex.from_encoding(encoded, doc_ids, None), "binary")
+                          .search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
+        if not both:
+            return binary
+        weighted = evaluate(Searcher(model, WeightedIndex.from_encoding(encoded, doc_ids, None), "weighted")
+                            .search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
+        active = encoded.active_per_row().sum(axis=1)
+        return binary, weighted, float(active.mean())
+
+    return score
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache-dir", default="/tmp/uhd-probe-cache")
+    parser.add_argument("--max-steps", type=int, default=150)
+    parser.add_argument("--max-minutes", type=float, default=4.0)
+    parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--only", nargs="*", help="recipe names to run")
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    cache = Path(args.cache_dir)
+    data_dir = bundled_dataset_dir("scifact")
+    train_data = load_beir(data_dir, "train")
+    documents = list(train_data.corpus.values())
+    backbone = Backbone.from_pretrained(None)
+    config = EncoderConfig(dim=32_768, wta_k=40, query_k=None, bucket_layers=(-1,), document_max_length=256)
+    base = UHDEncoder(backbone, config)
+    last = base.layers[0]
+    start = time.perf_counter()
+    doc_states = cached_states(backbone, [d.full_text for d in documents], last, 256, cache / "scifact-docs")
+    base.center_buckets(doc_states)
+
+    queries = list(train_data.queries)
+    random.Random(0).shuffle(queries)
+    n_dev = int(len(queries) * 0.1)
+    dev_queries, train_queries = queries[:n_dev], queries[n_dev:]
+    dev_qrels = {q.query_id: train_data.qrels[q.query_id] for q in dev_queries if q.query_id in train_data.qrels}
+    rows = {d.doc_id: i for i, d in enumerate(documents)}
+    pairs = pairs_from_qrels(train_queries, train_data.qrels, rows) + ict_pairs(documents, per_document=1)
+    unique_queries = sorted({p.query for p in pairs})
+    query_states = cached_states(backbone, unique_queries, last, config.query_max_length, cache / "scifact-queries")
+    seconds_states = time.perf_counter() - start
+
+    # Dense teacher: the backbone as shipped (mean pooling, cosine), from the same cached states.
+    query_vectors = dict(zip(unique_queries, mean_pool(query_states, last)))
+    teacher = CachedTeacher(DenseTeacher(query_vectors, mean_pool(doc_states, last)))
+    ranked = rank_with_teacher(teacher, unique_queries, documents, depth=30, cache_dir=cache, show_progress=False)
+    teacher.remember(ranked)
+    negatives = teacher_negatives(pairs, ranked, depth=30, skip=3)
+    score = dev_evaluator(doc_states, documents, dev_queries, dev_qrels)
+
+    common = dict(epochs=1.0, max_steps=args.max_steps, max_minutes=args.max_minutes, eval_every=args.eval_every)
+    recipes = {
+        "hinge (Eq. 8, float)": (dict(), False),
+        "infonce binary-aware STE": (dict(loss="infonce", binary_aware=True, learning_rate=1e-3), False),
+        "kl dense teacher + mined negatives (float)": (dict(loss="kl", learning_rate=1e-3), True),
+        "kl dense teacher, STE, df density": (dict(loss="kl", binary_aware=True, learning_rate=1e-3, tau=0.5,
+                                                   density_weight=1e-3, density="df"), True),
+    }
+    rows_out = []
+    untrained = score(base, both=True)
+    rows_out.append({"recipe": "untrained centred head", "steps": 0, "best_step": 0, "dev_binary_final": untrained[0],
+                     "dev_weighted_final": untrained[1], "dev_binary_best": untrained[0],
+                     "active_dims_per_document": untrained[2], "train_seconds": 0.0})
+    for name, (options, hard) in recipes.items():
+        if args.only and name not in args.only:
+            continue
+        model = copy.deepcopy(base)
+        final: dict = {}
+
+        def eval_fn(m, _final=final):  # the last call is the final state (before the best is restored)
+            _final["binary"] = score(m)
+            return _final["binary"]
+
+        result = train(model, documents, pairs, TrainingArgs(**common, **options), document_states=doc_states,
+                       query_states=query_states, hard_negatives=negatives if hard else None,
+                       teacher=teacher if options.get("loss") == "kl" else None, eval_fn=eval_fn)
+        kept = score(model, both=True)  # early stopping kept the best dev state (step 0 competes)
+        rows_out.append({"recipe": name, "steps": result.steps, "best_step": result.best_step,
+                         "dev_binary_final": result.evals[-1][1], "dev_binary_best": kept[0],
+                         "dev_weighted_final": None, "dev_weighted_best": kept[1],
+                         "active_dims_per_document": kept[2], "train_seconds": round(result.seconds, 1),
+                         "dev_curve": result.evals, "loss_first_last": [float(np.mean(result.losses[:10])),
+                                                                         float(np.mean(result.losses[-10:]))],
+                         "options": options, "teacher_negatives": hard})
+        print(f"{name}: {rows_out[-1]}", file=sys.stderr, flush=True)
+
+    print(f"\nSciFact dev ({len(dev_queries)} held-out TRAIN queries, positives + sampled docs = 1,000), "
+          f"{len(pairs)} pairs, states {seconds_states:.0f} s")
+    print(f"{'recipe':46s} {'steps':>5s} {'best':>5s} {'bin final':>9s} {'bin kept':>9s} {'wtd kept':>9s} {'act/doc':>8s}")
+    for r in rows_out:
+        print(f"{r['recipe']:46s} {r['steps']:5d} {r['best_step']!s:>5s} {r['dev_binary_final']:9.4f} "
+              f"{r['dev_binary_best']:9.4f} {r.get('dev_weighted_best', r['dev_weighted_final']):9.4f} "
+              f"{r['active_dims_per_document']:8.0f}")
+    write_json(args.out, {"dataset": "scifact", "split": "dev = 10% of train queries (seed 0)",
+                          "n_dev_queries": len(dev_queries), "n_pairs": len(pairs),
+                          "config": {"dim": 32_768, "wta_k": 40, "backbone": "all-MiniLM-L6-v2 (frozen)",
+                                     "centred": True, **common},
+                          "command": " ".join(["python"] + sys.argv), "rows": rows_out})
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
