@@ -1,7 +1,7 @@
 """Binarized (and weighted) inverted index: per bucket, postings dim -> ascending internal doc numbers.
 
 Postings are stored compressed (codec.py: bitmaps for frequent dims, bit-packed blocks for the rest) and
-searched by the numba kernels in kernels.py. numpy/scipy/numba only; never imports torch or the encoder
+searched by the numba kernels in kernels/. numpy/scipy/numba only; never imports torch or the encoder
 (an encoder is used duck-typed in `build`).
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ import scipy.sparse as sp
 
 from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
 from uhdsearch.index import format as fmt
-from uhdsearch.index import dispatch, kernels
+from uhdsearch.index.kernels import dispatch
+from uhdsearch.index.kernels.validation import blocks_are_valid
 from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
 from uhdsearch.io import atomic_directory, load_npy, prefault_all, save_npy, write_json
 from uhdsearch.sparse import SparseEncoding
@@ -319,7 +320,7 @@ def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: b
         raise bad("blocks", f"has {arrays['blocks'].shape[0]} entries, block_ptr implies {2 * block_ptr[-1]}")
     if arrays["payload"].shape[0] != payload_ptr[-1] + 1:
         raise bad("payload", f"has {arrays['payload'].shape[0]} words, payload_ptr implies {payload_ptr[-1] + 1}")
-    if not kernels.blocks_are_valid(indptr, block_ptr, payload_ptr, arrays["blocks"], n_docs):
+    if not blocks_are_valid(indptr, block_ptr, payload_ptr, arrays["blocks"], n_docs):
         raise bad("blocks", "points outside its payload or names documents outside the index")
     weights = arrays.get("weights")
     if weights is not None and weights.shape[0] != indptr[-1]:
