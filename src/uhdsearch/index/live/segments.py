@@ -1,6 +1,6 @@
 """SegmentedIndex: an updatable index of immutable segments, per-segment deletions and commit points (Lucene-style).
 
-Directory layout: see `uhdsearch.index.commit`. Global doc numbers are the segments' internal numbers
+Directory layout: see `uhdsearch.index.live.commit`. Global doc numbers are the segments' internal numbers
 concatenated in commit order, uncommitted additions last.
 """
 from __future__ import annotations
@@ -15,15 +15,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from uhdsearch.errors import DataFormatError
-from uhdsearch.index import commit as cp
+from uhdsearch.errors import DataFormatError, IndexLockedError
 from uhdsearch.index import format as fmt
-from uhdsearch.index.additions import check_additions
-from uhdsearch.index.deletions import LiveDocuments, visible_doc_ids
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex, check_search_args
-from uhdsearch.index.leftovers import leftovers, referenced_by_any_commit, remove
-from uhdsearch.index.merges import BackgroundMerge, merge_segments, positive_int, start_background_merge
-from uhdsearch.index.segment_search import Part, live_document_frequencies, search_parts
+from uhdsearch.index.live import commit as cp
+from uhdsearch.index.live.additions import check_additions
+from uhdsearch.index.live.deletions import LiveDocuments, visible_doc_ids
+from uhdsearch.index.live.leftovers import leftovers, referenced_by_any_commit, remove
+from uhdsearch.index.live.lock import WriteLock
+from uhdsearch.index.live.merges import BackgroundMerge, merge_segments, positive_int, start_background_merge
+from uhdsearch.index.live.segment_search import Part, live_document_frequencies, search_parts
 from uhdsearch.io import prefault_all
 from uhdsearch.sparse import SparseEncoding
 
@@ -45,7 +46,7 @@ class SegmentedIndex:
     """
 
     def __init__(
-        self, directory: Path, body: dict[str, Any], segments: list[cp.Segment], lock: cp.WriteLock | None,
+        self, directory: Path, body: dict[str, Any], segments: list[cp.Segment], lock: WriteLock | None,
         max_segments: int | None, background_merges: bool = False,
     ) -> None:
         self.path = directory
@@ -108,7 +109,7 @@ class SegmentedIndex:
         directory = Path(path)
         if not directory.is_dir():
             raise FileNotFoundError(f"no index directory at {directory}")
-        lock = cp.WriteLock(directory) if writable else None
+        lock = WriteLock(directory) if writable else None
         try:
             body, segments = cp.open_newest(directory, mmap, verify)
             if lock is not None:
@@ -332,7 +333,7 @@ class SegmentedIndex:
     # ------------------------------------------------------------------ internals
     def _check_writable(self) -> None:
         if self._lock is None:
-            raise cp.IndexLockedError(f"{self.path} is open read-only (or closed); open it with "
+            raise IndexLockedError(f"{self.path} is open read-only (or closed); open it with "
                                       "SegmentedIndex.open(path, writable=True) to change it")
 
     def _parts(self) -> list[Part]:
