@@ -11,7 +11,7 @@ from uhdsearch.errors import DataFormatError, IndexFormatError
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
 from uhdsearch.index.live.segments import SegmentedIndex
 from uhdsearch.io import is_memory_mapped, prefault
-from uhdsearch.search.scoring import brute_force_scores, score_query
+from uhdsearch.search.oracle import brute_force_scores, score_query
 from uhdsearch.sparse import SparseEncoding
 
 

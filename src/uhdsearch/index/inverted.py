@@ -13,14 +13,15 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numba
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
+from uhdsearch.errors import DataFormatError, IndexFormatError
 from uhdsearch.index import format as fmt
+from uhdsearch.index.base import Scoring, check_search_args
 from uhdsearch.index.kernels import dispatch
 from uhdsearch.index.kernels.validation import blocks_are_valid
 from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
@@ -235,7 +236,7 @@ class InvertedIndex:
         queries: SparseEncoding,
         k: int,
         bucket_weights: Sequence[float],
-        scoring: Literal["binary", "weighted"],
+        scoring: Scoring,
         deleted: np.ndarray | None = None,
         n_threads: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -337,33 +338,6 @@ def _read_only(postings: CompressedPostings) -> CompressedPostings:
             array.setflags(write=False)
             setattr(postings, name, array)
     return postings
-
-
-def check_search_args(index, queries, k, bucket_weights, scoring, deleted, n_threads) -> None:
-    """The argument checks of every `search_encoded` (InvertedIndex and SegmentedIndex)."""
-    if not isinstance(queries, SparseEncoding):
-        raise TypeError(f"queries must be a SparseEncoding, got {type(queries).__name__}")
-    if queries.dim != index.dim:
-        raise DimensionMismatchError(f"the queries have dim={queries.dim} but the index has dim={index.dim}")
-    if queries.n_buckets != index.n_buckets:
-        raise DimensionMismatchError(
-            f"the queries have {queries.n_buckets} buckets but the index has {index.n_buckets}")
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
-        raise ValueError(f"k={k!r} must be a positive integer")
-    if len(bucket_weights) != index.n_buckets:
-        raise ValueError(f"{len(bucket_weights)} bucket weights for {index.n_buckets} buckets")
-    if scoring not in ("binary", "weighted"):
-        raise ValueError(f"scoring={scoring!r}; choose 'binary' or 'weighted'")
-    if scoring == "weighted" and index.variant != "weighted":
-        raise ValueError("weighted scoring needs a weighted index; build one with WeightedIndex")
-    if deleted is not None:
-        deleted = np.asarray(deleted)
-        n_numbers = len(index.doc_ids)  # a segmented index numbers its deleted documents too
-        if deleted.dtype != np.bool_ or deleted.shape != (n_numbers,):
-            raise ValueError(f"deleted must be a ({n_numbers},) bool mask over doc numbers, got {deleted.shape} "
-                             f"{deleted.dtype}")
-    if n_threads is not None and (not isinstance(n_threads, (int, np.integer)) or n_threads < 1):
-        raise ValueError(f"n_threads={n_threads!r} must be a positive integer or None")
 
 
 def _check_unique(doc_ids: Sequence[str]) -> None:

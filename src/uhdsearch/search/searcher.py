@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from uhdsearch.errors import DimensionMismatchError
 from uhdsearch.index.inverted import InvertedIndex
-from uhdsearch.search.scoring import Scoring
+from uhdsearch.index.base import Scoring
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Query, Run, ScoredDoc, as_queries
 

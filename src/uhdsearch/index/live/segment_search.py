@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 
+from uhdsearch.index.base import Scoring
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.index.kernels.heap import merge_heaps
 from uhdsearch.sparse import SparseEncoding
@@ -20,7 +20,7 @@ def search_parts(
     k: int,
     depth: int,
     bucket_weights: Sequence[float],
-    scoring: Literal["binary", "weighted"],
+    scoring: Scoring,
     deleted: np.ndarray | None,
     n_threads: int | None,
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -11,13 +11,14 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from uhdsearch.errors import DataFormatError, IndexLockedError
 from uhdsearch.index import format as fmt
-from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex, check_search_args
+from uhdsearch.index.base import Scoring, check_search_args
+from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
 from uhdsearch.index.live import commit as cp
 from uhdsearch.index.live.additions import check_additions
 from uhdsearch.index.live.deletions import LiveDocuments, visible_doc_ids
@@ -308,7 +309,7 @@ class SegmentedIndex:
         queries: SparseEncoding,
         k: int,
         bucket_weights: Sequence[float],
-        scoring: Literal["binary", "weighted"],
+        scoring: Scoring,
         deleted: np.ndarray | None = None,
         n_threads: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
