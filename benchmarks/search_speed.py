@@ -30,8 +30,10 @@ import numba as nb
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.index.synthetic import DensityProfile, SyntheticPostings
 from uhdsearch.sparse import SparseEncoding
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic import DensityProfile, SyntheticPostings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
