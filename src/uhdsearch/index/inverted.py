@@ -131,8 +131,23 @@ class InvertedIndex:
     ) -> InvertedIndex:
         """Encode `corpus` with `encoder` (anything with encode_document and digest) and write the index.
 
-        Example:
-            >>> # index = BinaryIndex.build(model, data.corpus, "indexes/scifact")
+        Example (a word-presence encoder stands in for a UHDEncoder):
+            >>> import tempfile
+            >>> from uhdsearch.types import Document
+            >>> class WordEncoder:
+            ...     words = ("cats", "purr", "dogs", "bark")
+            ...     def encode_document(self, texts, batch_size=32, show_progress=False):
+            ...         rows = [[float(w in t.split()) for w in self.words] for t in texts]
+            ...         return SparseEncoding([sp.csr_matrix(np.array(rows, np.float32))])
+            ...     def digest(self):
+            ...         return "words-v1"
+            >>> tmp = tempfile.TemporaryDirectory()
+            >>> corpus = [Document("d1", "cats purr"), Document("d2", "dogs bark")]
+            >>> index = BinaryIndex.build(WordEncoder(), corpus, f"{tmp.name}/idx", show_progress=False)
+            >>> loaded = InvertedIndex.load(f"{tmp.name}/idx")
+            >>> type(loaded).__name__, loaded.doc_ids, loaded.encoder_digest
+            ('BinaryIndex', ['d1', 'd2'], 'words-v1')
+            >>> tmp.cleanup()
         """
         documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
         _check_documents(documents)

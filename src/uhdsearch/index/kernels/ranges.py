@@ -4,7 +4,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from uhdsearch.index.kernels.bitmaps import MAX_PLANES, accumulate_bitmaps, add_bitmaps_weighted, planes_extract, planes_max
+from uhdsearch.index.kernels.bitmaps import (MAX_PLANES, accumulate_bitmaps, add_bitmaps_weighted, planes_extract,
+                                             planes_max)
 from uhdsearch.index.kernels.bits import popcount
 from uhdsearch.index.kernels.comparator import sole_bucket_hits
 from uhdsearch.index.kernels.heap import push

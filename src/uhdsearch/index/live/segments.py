@@ -39,11 +39,25 @@ class SegmentedIndex:
     A crash at any moment leaves the last commit loadable; leftovers of the interrupted write are ignored
     and removed by the next writer. The previous commit is kept on disk as a fallback until the next one.
 
-    Example:
-        >>> # index = SegmentedIndex.create("indexes/live", "binary", dim=32768, n_buckets=1)
-        >>> # index.add(model.encode_document(texts), doc_ids); index.commit()
-        >>> # index.delete(["d7"]); index.commit(); index.merge()
-        >>> # merge = index.merge_in_background(); index.add(...); merge.wait(); index.commit()
+    Example (tiny vectors stand in for `model.encode_document(texts)`):
+        >>> import tempfile
+        >>> import scipy.sparse as sp
+        >>> from uhdsearch.index.base import hits_per_query
+        >>> def vectors(rows):
+        ...     return SparseEncoding([sp.csr_matrix(np.array(rows, np.float32))])
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> index = SegmentedIndex.create(f"{tmp.name}/live", "binary", dim=4, n_buckets=1)
+        >>> index.add(vectors([[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]), ["d1", "d2", "d3"])
+        >>> index.commit()
+        2
+        >>> index.delete(["d2"])
+        1
+        >>> index.commit(), index.merge(), index.n_segments
+        (3, 4, 1)
+        >>> numbers, scores = index.search_encoded(vectors([[1, 1, 1, 0]]), 3, [1.0], "binary")
+        >>> hits_per_query(numbers, scores, index.doc_ids)
+        [[('d1', 2.0), ('d3', 1.0)]]
+        >>> index.close(); tmp.cleanup()
     """
 
     def __init__(
@@ -294,7 +308,22 @@ class SegmentedIndex:
         Raises:
             RuntimeError: a background merge is already under way.
         Example:
-            >>> # merge = index.merge_in_background(); index.delete(["d7"]); merge.wait(); index.commit()
+            >>> import tempfile
+            >>> import scipy.sparse as sp
+            >>> tmp = tempfile.TemporaryDirectory()
+            >>> index = SegmentedIndex.create(f"{tmp.name}/live", "binary", dim=4, n_buckets=1)
+            >>> for i in range(3):  # three commits, three segments
+            ...     index.add(SparseEncoding([sp.csr_matrix(np.eye(1, 4, i, np.float32))]), [f"d{i}"])
+            ...     _ = index.commit()
+            >>> merge = index.merge_in_background()
+            >>> index.delete(["d1"])  # meanwhile; carried over when the merge is swapped in
+            1
+            >>> merge.wait()
+            True
+            >>> _ = index.commit()
+            >>> index.n_segments, index.n_documents, merge.state
+            (1, 2, 'applied')
+            >>> index.close(); tmp.cleanup()
         """
         self._check_writable()
         max_segments = positive_int(max_segments, "max_segments")
