@@ -54,9 +54,17 @@ class SegmentedIndex:
         1
         >>> index.commit(), index.merge(), index.n_segments
         (3, 4, 1)
+        >>> index.add(vectors([[1, 0, 0, 1]]), ["d4"])
+        >>> index.commit(), index.n_segments
+        (5, 2)
+        >>> merge = index.merge_in_background()  # the writer goes on meanwhile
+        >>> index.delete(["d3"])
+        1
+        >>> merge.wait(), index.commit(), index.n_segments
+        (True, 6, 1)
         >>> numbers, scores = index.search_encoded(vectors([[1, 1, 1, 0]]), 3, [1.0], "binary")
         >>> hits_per_query(numbers, scores, index.doc_ids)
-        [[('d1', 2.0), ('d3', 1.0)]]
+        [[('d1', 2.0), ('d4', 1.0)]]
         >>> index.close(); tmp.cleanup()
     """
 
@@ -307,23 +315,7 @@ class SegmentedIndex:
             nothing to merge.
         Raises:
             RuntimeError: a background merge is already under way.
-        Example:
-            >>> import tempfile
-            >>> import scipy.sparse as sp
-            >>> tmp = tempfile.TemporaryDirectory()
-            >>> index = SegmentedIndex.create(f"{tmp.name}/live", "binary", dim=4, n_buckets=1)
-            >>> for i in range(3):  # three commits, three segments
-            ...     index.add(SparseEncoding([sp.csr_matrix(np.eye(1, 4, i, np.float32))]), [f"d{i}"])
-            ...     _ = index.commit()
-            >>> merge = index.merge_in_background()
-            >>> index.delete(["d1"])  # meanwhile; carried over when the merge is swapped in
-            1
-            >>> merge.wait()
-            True
-            >>> _ = index.commit()
-            >>> index.n_segments, index.n_documents, merge.state
-            (1, 2, 'applied')
-            >>> index.close(); tmp.cleanup()
+        Example: see the class's.
         """
         self._check_writable()
         max_segments = positive_int(max_segments, "max_segments")
