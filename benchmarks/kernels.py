@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from uhdsearch.index.codec import compress
 from uhdsearch.index.inverted import BinaryIndex, Postings, WeightedIndex, _read_only
-from uhdsearch.search.scoring import score_bucket
+from uhdsearch.search.oracle import score_bucket
 from uhdsearch.sparse import SparseEncoding
 
 DENSITY = Path(__file__).resolve().parent / "results" / "uhd_density_scifact.npz"

@@ -30,8 +30,10 @@ import numba as nb
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.index.synthetic import DensityProfile, SyntheticPostings
 from uhdsearch.sparse import SparseEncoding
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic import DensityProfile, SyntheticPostings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
@@ -297,14 +299,15 @@ def adder_two_thread_speedup(repeats: int = 5) -> float:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from uhdsearch.index.kernels import CHUNK, MAX_PLANES, _accumulate_bitmaps
+    from uhdsearch.index.kernels.bitmaps import MAX_PLANES, accumulate_bitmaps
+    from uhdsearch.index.kernels.ranges import CHUNK
 
     words, n_rows, passes = 313, 583, 400  # 20k documents x a real query's bitmap dims: ~1.5 MB, in L2/L3
 
     @nb.njit(nogil=True)
     def scan(bitmaps, bases, planes, carry):  # pragma: no cover - compiled
         for _ in range(passes):
-            _accumulate_bitmaps(bitmaps, bases, words, 0, 10, planes, CHUNK // 64, carry)
+            accumulate_bitmaps(bitmaps, bases, words, 0, 10, planes, CHUNK // 64, carry)
 
     rng = np.random.default_rng(0)
     jobs = [(rng.integers(0, 2**63, n_rows * words, dtype=np.uint64), np.arange(n_rows, dtype=np.int64) * words,

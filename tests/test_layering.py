@@ -11,18 +11,32 @@ import textwrap
 
 import pytest
 
+INDEX_MODULES = [
+    "uhdsearch.index.base",
+    "uhdsearch.index.format",
+    "uhdsearch.index.codec",
+    "uhdsearch.index.inverted",
+    "uhdsearch.index.writer",
+    "uhdsearch.index.kernels.dispatch",
+    "uhdsearch.index.kernels.heap",
+    "uhdsearch.index.kernels.ranges",
+    "uhdsearch.index.kernels.validation",
+    "uhdsearch.index.live.commit",
+    "uhdsearch.index.live.lock",
+    "uhdsearch.index.live.merges",
+    "uhdsearch.index.live.segments",
+]
+
 TORCH_FREE = [
     "uhdsearch",
     "uhdsearch.types",
     "uhdsearch.sparse",
-    "uhdsearch.index.format",
-    "uhdsearch.index.inverted",
-    "uhdsearch.index.commit",
-    "uhdsearch.index.segments",
+    *INDEX_MODULES,
     "uhdsearch.search.topk",
+    "uhdsearch.search.oracle",
     "uhdsearch.evaluation.datasets",
     "uhdsearch.evaluation.metrics",
-        "uhdsearch.evaluation.experiment",
+    "uhdsearch.evaluation.experiment",
     "uhdsearch.baselines.bm25",
 ]
 
@@ -91,6 +105,20 @@ def test_the_block_works() -> None:
     assert result["error"] is not None
     assert "is blocked by the layering test" in result["error"]
     assert result["attempts"][0] in BLOCKED
+
+
+def test_index_never_imports_the_encoder() -> None:
+    code = textwrap.dedent(
+        f"""
+        import importlib, json, sys
+        for module in {INDEX_MODULES!r}:
+            importlib.import_module(module)
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("uhdsearch.encoder"))))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
 def test_cli_keeps_heavy_imports_inside_commands() -> None:

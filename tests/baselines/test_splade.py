@@ -7,7 +7,7 @@ import torch
 
 from uhdsearch.baselines.splade import SpladeEncoder, SpladeRetriever
 from uhdsearch.errors import ModelFormatError
-from uhdsearch.search.scoring import brute_force_scores
+from uhdsearch.search.oracle import brute_force_scores
 
 
 @pytest.fixture(scope="module")

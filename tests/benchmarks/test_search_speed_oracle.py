@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from uhdsearch.index.synthetic import DensityProfile, SyntheticPostings
+from synthetic import DensityProfile, SyntheticPostings
 from uhdsearch.search.topk import top_k
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "search_speed.py"

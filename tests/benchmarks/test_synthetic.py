@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uhdsearch.index.synthetic import DensityProfile, SyntheticPostings
+from synthetic import DensityProfile, SyntheticPostings
 
 
 def zipf_profile(dim: int = 512, mean_length: int = 60, seed: int = 0) -> DensityProfile:

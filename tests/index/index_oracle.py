@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.search.scoring import brute_force_scores
+from uhdsearch.search.oracle import brute_force_scores
 from uhdsearch.sparse import SparseEncoding
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.index.segments import SegmentedIndex
+from uhdsearch.index.live.segments import SegmentedIndex
 from uhdsearch.sparse import SparseEncoding
 
 DIM = 64

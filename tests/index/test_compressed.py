@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from index_oracle import assert_same_ranking, expected_top_k, random_encoding
 
 from uhdsearch.errors import IndexFormatError
-from uhdsearch.index import kernels
+from uhdsearch.index.kernels import ranges
 from uhdsearch.index.codec import BLOCK, compress, decompress
 from uhdsearch.index.format import file_digest
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
@@ -70,7 +70,7 @@ def test_every_layout_equals_brute_force(seed, n, dim, n_buckets, density, dense
 def many_documents():
     """More documents than one kernel chunk holds, so chunk and thread boundaries fall inside postings."""
     rng = np.random.default_rng(7)
-    n = 2 * kernels.CHUNK + 4_321
+    n = 2 * ranges.CHUNK + 4_321
     docs = random_encoding(rng, n, 48, 2, 0.004, dense_dims=5)
     queries = random_encoding(rng, 4, 48, 2, 0.5, dense_dims=5)
     return docs, queries, rng.random(n) < 0.25

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from memory_pages import linux_only, resident_mapped_bytes, skip_unless_pages_can_be_populated
 from uhdsearch.errors import DataFormatError, IndexFormatError
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
-from uhdsearch.index.segments import SegmentedIndex
+from uhdsearch.index.live.segments import SegmentedIndex
 from uhdsearch.io import is_memory_mapped, prefault
-from uhdsearch.search.scoring import brute_force_scores, score_query
+from uhdsearch.search.oracle import brute_force_scores, score_query
 from uhdsearch.sparse import SparseEncoding
 
 

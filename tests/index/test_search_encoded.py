@@ -87,7 +87,7 @@ def test_bad_arguments_are_named():
 
 
 def test_one_query_is_split_between_threads_only_when_each_gets_enough_documents(monkeypatch):
-    from uhdsearch.index import dispatch
+    from uhdsearch.index.kernels import dispatch
 
     monkeypatch.setattr(dispatch, "MIN_DOCUMENTS_PER_THREAD", 32_768)  # conftest lowers it for tiny indexes
     assert dispatch.ranges_per_query(1, 2, 10_000_000) == 2
@@ -102,7 +102,7 @@ def test_one_query_is_split_between_threads_only_when_each_gets_enough_documents
 @given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 6), st.integers(1, 12), st.integers(0, 2**31))
 def test_sort_heaps_orders_like_lexsort(n_q, n_ranges, k, depth, seed):
     """Best `depth` by score desc then doc asc, padding (-1) last: as np.lexsort, the merge it replaced."""
-    from uhdsearch.index.kernels import sort_heaps
+    from uhdsearch.index.kernels.heap import sort_heaps
 
     rng = np.random.default_rng(seed)
     docs = rng.permutation(1000)[: n_q * n_ranges * k].reshape(n_q, n_ranges * k).astype(np.int64)
@@ -123,7 +123,7 @@ def test_query_arrays_single_bucket_takes_the_rows_as_they_are():
     """The one-bucket shortcut gives what interleaving the buckets gives."""
     import scipy.sparse as sp
 
-    from uhdsearch.index import dispatch
+    from uhdsearch.index.kernels import dispatch
     from uhdsearch.sparse import SparseEncoding
 
     enc = SparseEncoding([sp.random(5, 50, density=0.2, format="csr", random_state=1, dtype=np.float32)])

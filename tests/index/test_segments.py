@@ -9,7 +9,7 @@ from segments_checks import (DIM, N_BUCKETS, WEIGHTS, assert_equals_fresh_build,
 from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
 from uhdsearch.errors import IndexLockedError
 from uhdsearch.index.inverted import BinaryIndex
-from uhdsearch.index.segments import SegmentedIndex
+from uhdsearch.index.live.segments import SegmentedIndex
 
 
 @pytest.mark.parametrize("seed", range(4))

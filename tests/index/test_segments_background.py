@@ -7,7 +7,7 @@ import pytest
 from segments_checks import assert_equals_fresh_build, live_ids, random_add, random_delete, random_encoding
 from uhdsearch.errors import IndexLockedError
 from uhdsearch.index.inverted import InvertedIndex
-from uhdsearch.index.segments import SegmentedIndex
+from uhdsearch.index.live.segments import SegmentedIndex
 
 
 class Gate:

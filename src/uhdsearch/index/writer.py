@@ -63,8 +63,17 @@ class IndexWriter:
     Each range is compressed as it arrives (codec.py), so memory is bounded by the largest range given.
 
     Example:
-        >>> # with IndexWriter("idx", "binary", dim=32768, n_buckets=1, n_documents=n, doc_ids=ids) as w:
-        >>> #     w.add_postings(0, 0, indptr, docs)
+        >>> import tempfile
+        >>> from uhdsearch.index.inverted import InvertedIndex
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> ids = ["a", "b", "c"]
+        >>> with IndexWriter(f"{tmp.name}/idx", "binary", dim=4, n_buckets=1, n_documents=3, doc_ids=ids) as w:
+        ...     w.add_postings(0, 0, np.array([0, 2, 3]), np.array([0, 2, 1], np.int32))  # dim 0: a, c; dim 1: b
+        ...     w.add_postings(0, 2, np.array([0, 0, 1]), np.array([2], np.int32))  # dim 2: none; dim 3: c
+        >>> index = InvertedIndex.load(f"{tmp.name}/idx")
+        >>> index.n_documents, index.document_frequencies().tolist()
+        (3, [2, 1, 0, 1])
+        >>> tmp.cleanup()
     """
 
     def __init__(

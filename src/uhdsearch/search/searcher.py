@@ -10,14 +10,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from uhdsearch.errors import DimensionMismatchError
-from uhdsearch.index.inverted import InvertedIndex
+from uhdsearch.index.base import Scoring, SearchableIndex, hits_per_query
 from uhdsearch.search.topk import tie_order
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Query, Run, ScoredDoc, as_queries, check_k, start_run
 
 logger = logging.getLogger(__name__)
 
-Scoring = Literal["binary", "weighted"]
 MAX_QUERY_CHARS = 10_000  # longer input is cut before tokenizing; the model sees 32 tokens anyway
 
 
@@ -43,7 +42,7 @@ class Searcher:
     def __init__(
         self,
         encoder,
-        index: InvertedIndex,
+        index: SearchableIndex,
         scoring: Scoring | None = None,
         query_k: int | None = None,
         bucket_weights: Sequence[float] | None = None,
@@ -120,10 +119,8 @@ class Searcher:
             part = live[start:start + batch]
             numbers, scores = self.index.search_encoded(encoded[start:start + len(part)], k, self.bucket_weights,
                                                         self.scoring)
-            for row, query in enumerate(part):
-                hits = numbers[row] >= 0
-                run.results[query.query_id] = [ScoredDoc(doc_ids[d], float(s))
-                                               for d, s in zip(numbers[row, hits], scores[row, hits])]
+            for query, hits in zip(part, hits_per_query(numbers, scores, doc_ids)):
+                run.results[query.query_id] = [ScoredDoc(d, s) for d, s in hits]
         return run
 
     def rerank(self, queries: Mapping[str, str] | Sequence[Query], candidates: Run, k: int = 1000) -> Run:

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from uhdsearch.errors import IndexFormatError
-from uhdsearch.index import commit as cp
+from uhdsearch.index.live import commit as cp
 
 logger = logging.getLogger(__name__)
 

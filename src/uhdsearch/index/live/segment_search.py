@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 
+from uhdsearch.index.base import Scoring
 from uhdsearch.index.inverted import InvertedIndex
+from uhdsearch.index.kernels.heap import merge_heaps
 from uhdsearch.sparse import SparseEncoding
 
 # (index, deleted mask, deleted count) of one segment; parts hold consecutive ranges of global doc numbers.
@@ -19,7 +20,7 @@ def search_parts(
     k: int,
     depth: int,
     bucket_weights: Sequence[float],
-    scoring: Literal["binary", "weighted"],
+    scoring: Scoring,
     deleted: np.ndarray | None,
     n_threads: int | None,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -49,22 +50,12 @@ def search_parts(
 def merge_top(
     numbers_parts: list[np.ndarray], scores_parts: list[np.ndarray], n_queries: int, depth: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Merge per-segment top-k lists (global numbers, -1 padding) into one under the tie rule."""
-    out_numbers = np.full((n_queries, depth), -1, np.int64)
-    out_scores = np.zeros((n_queries, depth), np.float64)
+    """Merge per-segment top-k lists (global numbers, -1 padding) into one with the kernels' heap merge."""
     if not numbers_parts or depth == 0:
-        return out_numbers, out_scores
-    numbers, scores = np.concatenate(numbers_parts, axis=1), np.concatenate(scores_parts, axis=1)
-    valid = numbers >= 0
+        return np.full((n_queries, depth), -1, np.int64), np.zeros((n_queries, depth), np.float64)
     # Each segment's list is exact and segments hold disjoint ascending number ranges, so the head of the
     # merged order (score desc, then number asc; padding last) is the exact global top-k.
-    order = np.lexsort((np.where(valid, numbers, np.iinfo(np.int64).max), np.where(valid, -scores, np.inf)),
-                       axis=-1)[:, :depth]
-    width = order.shape[1]
-    out_numbers[:, :width] = np.take_along_axis(numbers, order, axis=1)
-    out_scores[:, :width] = np.take_along_axis(scores, order, axis=1)
-    out_scores[out_numbers < 0] = 0.0
-    return out_numbers, out_scores
+    return merge_heaps(np.concatenate(numbers_parts, axis=1), np.concatenate(scores_parts, axis=1), depth)
 
 
 def live_document_frequencies(parts: Sequence[Part], dim: int, bucket: int) -> np.ndarray:

@@ -1,9 +1,9 @@
-"""Commit points of a segmented index: file names, checksummed commit files, deletion bitsets, the write lock,
-and opening the newest commit that validates.
+"""Commit points of a segmented index: file names, checksummed commit files, deletion bitsets, and opening the
+newest commit that validates (the write lock is in lock.py).
 
 A commit `commit_<generation>.json` names the segments and the deletion file of each; it is the only thing a
 reader trusts. Everything else in the directory that no commit names is a leftover of an interrupted write
-(found and removed by `uhdsearch.index.leftovers`).
+(found and removed by `uhdsearch.index.live.leftovers`).
 
 Directory layout:
     commit_<generation>.json   the segments, their deletion files, doc counts, a checksum of itself
@@ -14,7 +14,6 @@ Directory layout:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -29,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from uhdsearch._version import __version__
-from uhdsearch.errors import IndexFormatError, IndexLockedError
+from uhdsearch.errors import IndexFormatError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.inverted import InvertedIndex
+from uhdsearch.index.live.lock import LOCK_FILE, WriteLock
 from uhdsearch.io import atomic_write_text, load_npy, save_npy
 from uhdsearch.sparse import SparseEncoding
 
@@ -39,7 +39,6 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "uhd-segmented-index"
 FORMAT_VERSION = 1
-LOCK_FILE = "write.lock"
 OPEN_RETRIES = 5  # a concurrent writer may remove an old commit while a reader is opening it
 COMMIT_PATTERN = re.compile(r"commit_(\d+)\.json")
 SEGMENT_PATTERN = re.compile(r"seg_(\d+)")
@@ -181,30 +180,6 @@ def fsync_tree(path: Path) -> None:
         if p.is_file():
             fsync_file(p)
     fsync_directory(path)
-
-
-class WriteLock:
-    """Exclusive advisory lock on <index>/write.lock (fcntl.flock); released on `release` or process death."""
-
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / LOCK_FILE
-        self._file = open(self.path, "a+b")  # noqa: SIM115 - held open for the lock's lifetime
-        try:
-            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            self._file.close()
-            raise IndexLockedError(
-                f"{directory} is being written by another writer (it holds {self.path}); close that writer "
-                "first, or open the index read-only (writable=False)"
-            ) from exc
-
-    def __del__(self) -> None:
-        self.release()
-
-    def release(self) -> None:
-        if not self._file.closed:
-            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
-            self._file.close()
 
 
 @dataclass

@@ -1,18 +1,28 @@
-"""Scoring kernels over postings: overlap count (binary) and dot product (weighted), bucket-weighted (Eq. 7).
+"""The testing oracle: brute-force numpy scores, overlap count (binary) or dot product (weighted), Eq. 7 over buckets.
 
-No model, no files. `brute_force_scores` is the oracle the inverted-index kernels are tested against.
+The reference that tests and benchmarks check the index kernels against; no production path uses it (search goes
+through `SearchableIndex.search_encoded`). `brute_force_scores` scores every document by sparse matrix products;
+`score_query` and `score_bucket` score term at a time over decompressed postings.
+
+Example:
+    >>> import scipy.sparse as sp
+    >>> from uhdsearch.sparse import SparseEncoding
+    >>> docs = SparseEncoding([sp.csr_matrix(np.array([[1, 1, 0], [0, 1, 1]], np.float32))])
+    >>> query = SparseEncoding([sp.csr_matrix(np.array([[0, 2, 3]], np.float32))])
+    >>> brute_force_scores(docs, query, [1.0], "binary").tolist()
+    [[1.0, 2.0]]
+    >>> brute_force_scores(docs, query, [1.0], "weighted").tolist()
+    [[2.0, 5.0]]
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 
+from uhdsearch.index.base import Scoring
 from uhdsearch.index.inverted import Postings
 from uhdsearch.sparse import SparseEncoding
-
-Scoring = Literal["binary", "weighted"]
 
 
 def score_bucket(postings: Postings, dims: np.ndarray, values: np.ndarray, n_docs: int, scoring: Scoring) -> np.ndarray:

@@ -5,8 +5,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from uhdsearch.errors import IndexFormatError
-from uhdsearch.index import commit as cp
-from uhdsearch.index.additions import PendingAdditions
+from uhdsearch.index.live import commit as cp
+from uhdsearch.index.live.additions import PendingAdditions
 
 
 class LiveDocuments:

@@ -1,4 +1,4 @@
-"""Host side of the search kernels: query arrays, doc-range splits, threads, and the merge of per-range heaps."""
+"""Host side of the search kernels (ranges.py): query arrays, doc-range splits, threads, the merge of heaps."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from uhdsearch.index.kernels import run_tasks, sort_heaps
+from uhdsearch.index.kernels.heap import merge_heaps
+from uhdsearch.index.kernels.ranges import run_tasks
 
 MIN_DOCUMENTS_PER_THREAD = 32_768
 
@@ -45,12 +46,6 @@ def ranges_per_query(n_queries: int, n_threads: int, n_documents: int) -> int:
     queries run one query per task instead."""
     n_ranges = n_threads if n_queries < n_threads else 1
     return max(1, min(n_ranges, n_documents // MIN_DOCUMENTS_PER_THREAD, (n_documents + 63) // 64))
-
-
-def merge_heaps(docs: np.ndarray, scores: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """(n_q, n_ranges, k) heaps -> (n_q, depth) sorted by score desc, doc asc; padding -1 / 0 last."""
-    n_q = docs.shape[0]
-    return sort_heaps(docs.reshape(n_q, -1), scores.reshape(n_q, -1), depth)
 
 
 _POOL: ThreadPoolExecutor | None = None

@@ -14,10 +14,10 @@ from typing import Literal
 
 import numpy as np
 
-from uhdsearch.index import commit as cp
 from uhdsearch.index import format as fmt
 from uhdsearch.index.inverted import InvertedIndex
-from uhdsearch.index.leftovers import remove, segment_paths
+from uhdsearch.index.live import commit as cp
+from uhdsearch.index.live.leftovers import remove, segment_paths
 from uhdsearch.sparse import SparseEncoding
 
 logger = logging.getLogger(__name__)

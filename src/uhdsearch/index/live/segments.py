@@ -1,6 +1,6 @@
 """SegmentedIndex: an updatable index of immutable segments, per-segment deletions and commit points (Lucene-style).
 
-Directory layout: see `uhdsearch.index.commit`. Global doc numbers are the segments' internal numbers
+Directory layout: see `uhdsearch.index.live.commit`. Global doc numbers are the segments' internal numbers
 concatenated in commit order, uncommitted additions last.
 """
 from __future__ import annotations
@@ -11,19 +11,21 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from uhdsearch.errors import DataFormatError
-from uhdsearch.index import commit as cp
+from uhdsearch.errors import DataFormatError, IndexLockedError
 from uhdsearch.index import format as fmt
-from uhdsearch.index.additions import check_additions
-from uhdsearch.index.deletions import LiveDocuments, visible_doc_ids
-from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex, check_search_args
-from uhdsearch.index.leftovers import leftovers, referenced_by_any_commit, remove
-from uhdsearch.index.merges import BackgroundMerge, merge_segments, positive_int, start_background_merge
-from uhdsearch.index.segment_search import Part, live_document_frequencies, search_parts
+from uhdsearch.index.base import Scoring, check_search_args
+from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
+from uhdsearch.index.live import commit as cp
+from uhdsearch.index.live.additions import check_additions
+from uhdsearch.index.live.deletions import LiveDocuments, visible_doc_ids
+from uhdsearch.index.live.leftovers import leftovers, referenced_by_any_commit, remove
+from uhdsearch.index.live.lock import WriteLock
+from uhdsearch.index.live.merges import BackgroundMerge, merge_segments, positive_int, start_background_merge
+from uhdsearch.index.live.segment_search import Part, live_document_frequencies, search_parts
 from uhdsearch.io import prefault_all
 from uhdsearch.sparse import SparseEncoding
 
@@ -37,15 +39,37 @@ class SegmentedIndex:
     A crash at any moment leaves the last commit loadable; leftovers of the interrupted write are ignored
     and removed by the next writer. The previous commit is kept on disk as a fallback until the next one.
 
-    Example:
-        >>> # index = SegmentedIndex.create("indexes/live", "binary", dim=32768, n_buckets=1)
-        >>> # index.add(model.encode_document(texts), doc_ids); index.commit()
-        >>> # index.delete(["d7"]); index.commit(); index.merge()
-        >>> # merge = index.merge_in_background(); index.add(...); merge.wait(); index.commit()
+    Example (tiny vectors stand in for `model.encode_document(texts)`):
+        >>> import tempfile
+        >>> import scipy.sparse as sp
+        >>> from uhdsearch.index.base import hits_per_query
+        >>> def vectors(rows):
+        ...     return SparseEncoding([sp.csr_matrix(np.array(rows, np.float32))])
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> index = SegmentedIndex.create(f"{tmp.name}/live", "binary", dim=4, n_buckets=1)
+        >>> index.add(vectors([[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]), ["d1", "d2", "d3"])
+        >>> index.commit()
+        2
+        >>> index.delete(["d2"])
+        1
+        >>> index.commit(), index.merge(), index.n_segments
+        (3, 4, 1)
+        >>> index.add(vectors([[1, 0, 0, 1]]), ["d4"])
+        >>> index.commit(), index.n_segments
+        (5, 2)
+        >>> merge = index.merge_in_background()  # the writer goes on meanwhile
+        >>> index.delete(["d3"])
+        1
+        >>> merge.wait(), index.commit(), index.n_segments
+        (True, 6, 1)
+        >>> numbers, scores = index.search_encoded(vectors([[1, 1, 1, 0]]), 3, [1.0], "binary")
+        >>> hits_per_query(numbers, scores, index.doc_ids)
+        [[('d1', 2.0), ('d4', 1.0)]]
+        >>> index.close(); tmp.cleanup()
     """
 
     def __init__(
-        self, directory: Path, body: dict[str, Any], segments: list[cp.Segment], lock: cp.WriteLock | None,
+        self, directory: Path, body: dict[str, Any], segments: list[cp.Segment], lock: WriteLock | None,
         max_segments: int | None, background_merges: bool = False,
     ) -> None:
         self.path = directory
@@ -108,7 +132,7 @@ class SegmentedIndex:
         directory = Path(path)
         if not directory.is_dir():
             raise FileNotFoundError(f"no index directory at {directory}")
-        lock = cp.WriteLock(directory) if writable else None
+        lock = WriteLock(directory) if writable else None
         try:
             body, segments = cp.open_newest(directory, mmap, verify)
             if lock is not None:
@@ -291,8 +315,7 @@ class SegmentedIndex:
             nothing to merge.
         Raises:
             RuntimeError: a background merge is already under way.
-        Example:
-            >>> # merge = index.merge_in_background(); index.delete(["d7"]); merge.wait(); index.commit()
+        Example: see the class's.
         """
         self._check_writable()
         max_segments = positive_int(max_segments, "max_segments")
@@ -307,7 +330,7 @@ class SegmentedIndex:
         queries: SparseEncoding,
         k: int,
         bucket_weights: Sequence[float],
-        scoring: Literal["binary", "weighted"],
+        scoring: Scoring,
         deleted: np.ndarray | None = None,
         n_threads: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -332,7 +355,7 @@ class SegmentedIndex:
     # ------------------------------------------------------------------ internals
     def _check_writable(self) -> None:
         if self._lock is None:
-            raise cp.IndexLockedError(f"{self.path} is open read-only (or closed); open it with "
+            raise IndexLockedError(f"{self.path} is open read-only (or closed); open it with "
                                       "SegmentedIndex.open(path, writable=True) to change it")
 
     def _parts(self) -> list[Part]:

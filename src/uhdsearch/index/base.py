@@ -1,0 +1,109 @@
+"""The searchable-index contract: what a searcher needs from an index, static (InvertedIndex) or live (SegmentedIndex).
+
+Also the one argument check of every `search_encoded`, and the one reading of its padded result arrays.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from uhdsearch.errors import DimensionMismatchError
+from uhdsearch.index.format import Variant
+from uhdsearch.sparse import SparseEncoding
+from uhdsearch.types import check_k
+
+Scoring = Literal["binary", "weighted"]
+
+
+@runtime_checkable
+class SearchableIndex(Protocol):
+    """An index that `search_encoded` answers exactly; InvertedIndex and SegmentedIndex implement it.
+
+    Doc numbers index `doc_ids`; a segmented index keeps None there for deleted documents (never returned).
+
+    Example:
+        >>> import scipy.sparse as sp
+        >>> from uhdsearch.index.inverted import BinaryIndex
+        >>> docs = SparseEncoding([sp.csr_matrix(np.array([[1, 1, 0, 0], [0, 1, 1, 0]], np.float32))])
+        >>> isinstance(BinaryIndex.from_encoding(docs, ["a", "b"], None), SearchableIndex)
+        True
+    """
+
+    path: Path | None
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def n_buckets(self) -> int: ...
+
+    @property
+    def variant(self) -> Variant: ...
+
+    @property
+    def doc_ids(self) -> Sequence[str | None]: ...
+
+    @property
+    def n_documents(self) -> int: ...
+
+    @property
+    def encoder_digest(self) -> str | None: ...
+
+    def search_encoded(
+        self, queries: SparseEncoding, k: int, bucket_weights: Sequence[float], scoring: Scoring,
+        deleted: np.ndarray | None = None, n_threads: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k doc numbers and scores per query row, padded with -1 and 0 (see InvertedIndex's)."""
+        ...
+
+    def document_frequencies(self, bucket: int = 0) -> np.ndarray:
+        """(dim,) int64 number of (live) documents in which each dimension of `bucket` is active."""
+        ...
+
+    def warm_up(self, background: bool = False) -> threading.Thread | None:
+        """Fault memory-mapped pages in now rather than during the first searches."""
+        ...
+
+
+def hits_per_query(
+    numbers: np.ndarray, scores: np.ndarray, doc_ids: Sequence[str | None]
+) -> list[list[tuple[str, float]]]:
+    """`search_encoded`'s padded arrays -> per query, its (doc_id, score) hits, best first; padding dropped.
+
+    Example:
+        >>> hits_per_query(np.array([[2, 0, -1], [-1, -1, -1]]), np.array([[3.0, 1.5, 0.0], [0.0, 0.0, 0.0]]),
+        ...                ["a", "b", "c"])
+        [[('c', 3.0), ('a', 1.5)], []]
+    """
+    return [[(doc_ids[d], s) for d, s in zip(row_numbers, row_scores) if d >= 0]
+            for row_numbers, row_scores in zip(np.asarray(numbers).tolist(), np.asarray(scores).tolist())]
+
+
+def check_search_args(index: SearchableIndex, queries, k, bucket_weights, scoring, deleted, n_threads) -> None:
+    """The argument checks of every `search_encoded` (InvertedIndex and SegmentedIndex)."""
+    if not isinstance(queries, SparseEncoding):
+        raise TypeError(f"queries must be a SparseEncoding, got {type(queries).__name__}")
+    if queries.dim != index.dim:
+        raise DimensionMismatchError(f"the queries have dim={queries.dim} but the index has dim={index.dim}")
+    if queries.n_buckets != index.n_buckets:
+        raise DimensionMismatchError(
+            f"the queries have {queries.n_buckets} buckets but the index has {index.n_buckets}")
+    check_k(k)
+    if len(bucket_weights) != index.n_buckets:
+        raise ValueError(f"{len(bucket_weights)} bucket weights for {index.n_buckets} buckets")
+    if scoring not in ("binary", "weighted"):
+        raise ValueError(f"scoring={scoring!r}; choose 'binary' or 'weighted'")
+    if scoring == "weighted" and index.variant != "weighted":
+        raise ValueError("weighted scoring needs a weighted index; build one with WeightedIndex")
+    if deleted is not None:
+        deleted = np.asarray(deleted)
+        n_numbers = len(index.doc_ids)  # a segmented index numbers its deleted documents too
+        if deleted.dtype != np.bool_ or deleted.shape != (n_numbers,):
+            raise ValueError(f"deleted must be a ({n_numbers},) bool mask over doc numbers, got {deleted.shape} "
+                             f"{deleted.dtype}")
+    if n_threads is not None and (not isinstance(n_threads, (int, np.integer)) or n_threads < 1):
+        raise ValueError(f"n_threads={n_threads!r} must be a positive integer or None")

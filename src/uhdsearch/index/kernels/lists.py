@@ -1,0 +1,79 @@
+"""Bit-packed posting lists (codec.py's blocks), added term at a time into per-chunk counters or values."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from uhdsearch.index.codec import BLOCK
+
+
+@numba.njit(cache=True)
+def first_block(blocks, start, end, doc):
+    """Last block in [start, end) whose first doc is <= doc (or `start`)."""
+    lo, hi = start, end
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if np.int64(blocks[2 * mid]) <= doc:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def add_lists(indptr, rows, block_ptr, payload_ptr, blocks, payload, weights, qdims, qvals, lo_j, hi_j, cursor,
+              position, pending, c_off, c0, c1, weighted, counts, values):
+    """Term at a time over packed lists for documents c0..c1-1.
+
+    Each query entry keeps its decoding state between chunks: block, position in the block and the decoded
+    doc number not yet counted, so no block is decoded twice.
+    """
+    for j in range(lo_j, hi_j):
+        d = qdims[j]
+        if rows[d] >= 0:
+            continue
+        e = j - c_off
+        block = cursor[e]
+        end_block = block_ptr[d + 1]
+        if block >= end_block:
+            continue
+        doc = pending[e]
+        if doc >= c1:
+            continue
+        i = position[e]
+        q_value = np.float64(qvals[j])
+        first_posting = indptr[d] + (block - block_ptr[d]) * BLOCK
+        count = min(BLOCK, indptr[d + 1] - first_posting)
+        meta = np.int64(blocks[2 * block + 1])
+        bits = meta & 31
+        start = payload_ptr[d] + (meta >> 5)
+        mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
+        while True:
+            if doc >= c0:
+                if weighted:
+                    values[doc - c0] += q_value * np.float64(weights[first_posting + i])
+                else:
+                    counts[doc - c0] += 1
+            i += 1
+            if i < count:
+                at = (i - 1) * bits
+                word = start + (at >> 5)
+                pair = np.uint64(payload[word]) | (np.uint64(payload[word + 1]) << np.uint64(32))
+                doc += np.int64((pair >> np.uint64(at & 31)) & mask) + 1
+            else:
+                block += 1
+                if block >= end_block:
+                    break
+                i = 0
+                first_posting += count
+                count = min(BLOCK, indptr[d + 1] - first_posting)
+                meta = np.int64(blocks[2 * block + 1])
+                bits = meta & 31
+                start = payload_ptr[d] + (meta >> 5)
+                mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
+                doc = np.int64(blocks[2 * block])
+            if doc >= c1:
+                break
+        cursor[e] = block
+        position[e] = i
+        pending[e] = doc
