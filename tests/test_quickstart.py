@@ -6,7 +6,8 @@ import torch
 from uhdsearch.baselines.bm25 import BM25Retriever
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import InvertedIndex
-from uhdsearch.quickstart import Recipe, run_quickstart
+from uhdsearch.quickstart import run_quickstart
+from uhdsearch.training.recipe import Recipe
 
 
 @pytest.fixture(scope="module")
@@ -14,9 +15,9 @@ def quickstart_out(tmp_path_factory, scifact_mini_dir, tiny_backbone_dir):
     out = tmp_path_factory.mktemp("qs")
     recipe = Recipe(dim=1024, wta_k=8, query_k=50, bucket_layers=(1, 2), document_max_length=64,
                     ict_per_document=1, epochs=1.0, max_train_minutes=1.0, hard_negative_depth=5)
-    results = run_quickstart(out, data_dir=scifact_mini_dir, backbone=tiny_backbone_dir, recipe=recipe,
-                             show_progress=False)
-    return out, results
+    done = run_quickstart(out, data_dir=scifact_mini_dir, backbone=tiny_backbone_dir, recipe=recipe,
+                          show_progress=False)
+    return out, done.results
 
 
 def test_results_json_has_the_documented_shape(quickstart_out, scifact_mini_dir):
@@ -58,7 +59,7 @@ def test_quickstart_refuses_to_overwrite(quickstart_out):
 
 def test_train_on_collection_with_unfrozen_top_layer_and_dev_early_stopping(tiny_encoder, scifact_mini_dir):
     from uhdsearch.evaluation.datasets import load_beir
-    from uhdsearch.quickstart import train_on_collection
+    from uhdsearch.training.recipe import train_on_collection
 
     train_data = load_beir(scifact_mini_dir, "train")
     documents = list(train_data.corpus.values())
