@@ -79,7 +79,7 @@ def test_uhd_numbers_equal_evaluate_of_the_systems(in_domain, mini_data):
     # One training run shared by both variants and the hybrid; its time is shared, not any system's.
     assert set(results["shared_seconds"]) >= {"backbone", "uhd-model"}
     assert results["seconds"]["uhd-weighted"]["build"] < results["shared_seconds"]["uhd-model"]
-    assert results["config"]["uhd"]["recipe"]["dim"] == 1024
+    assert results["config"]["uhd"]["recipe"]["encoder"]["dim"] == 1024
     assert results["config"]["train_data"] == "scifact-mini/train" and results["config"]["in_domain"]
     assert 0.0 <= results["config"]["hybrids"]["hybrid-uhd-bm25"]["weight"] <= 1.0
 
