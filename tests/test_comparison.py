@@ -17,7 +17,7 @@ from uhdsearch.baselines.whitening import Whitening
 from uhdsearch.comparison import SYSTEMS, CachedRetriever, register, resolve_systems, run_comparison
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.evaluation.metrics import evaluate
-from uhdsearch.quickstart import Recipe
+from uhdsearch.training.recipe import Recipe
 from uhdsearch.types import Run, ScoredDoc
 
 TINY = Recipe(dim=1024, wta_k=8, ict_per_document=1, max_train_minutes=0.05, eval_every=None,
@@ -79,7 +79,7 @@ def test_uhd_numbers_equal_evaluate_of_the_systems(in_domain, mini_data):
     # One training run shared by both variants and the hybrid; its time is shared, not any system's.
     assert set(results["shared_seconds"]) >= {"backbone", "uhd-model"}
     assert results["seconds"]["uhd-weighted"]["build"] < results["shared_seconds"]["uhd-model"]
-    assert results["config"]["uhd"]["recipe"]["dim"] == 1024
+    assert results["config"]["uhd"]["recipe"]["encoder"]["dim"] == 1024
     assert results["config"]["train_data"] == "scifact-mini/train" and results["config"]["in_domain"]
     assert 0.0 <= results["config"]["hybrids"]["hybrid-uhd-bm25"]["weight"] <= 1.0
 

@@ -1,12 +1,12 @@
 import json
 
 import pytest
-import torch
 
 from uhdsearch.baselines.bm25 import BM25Retriever
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import InvertedIndex
-from uhdsearch.quickstart import Recipe, run_quickstart
+from uhdsearch.quickstart import run_quickstart
+from uhdsearch.training.recipe import Recipe
 
 
 @pytest.fixture(scope="module")
@@ -14,9 +14,9 @@ def quickstart_out(tmp_path_factory, scifact_mini_dir, tiny_backbone_dir):
     out = tmp_path_factory.mktemp("qs")
     recipe = Recipe(dim=1024, wta_k=8, query_k=50, bucket_layers=(1, 2), document_max_length=64,
                     ict_per_document=1, epochs=1.0, max_train_minutes=1.0, hard_negative_depth=5)
-    results = run_quickstart(out, data_dir=scifact_mini_dir, backbone=tiny_backbone_dir, recipe=recipe,
-                             show_progress=False)
-    return out, results
+    done = run_quickstart(out, data_dir=scifact_mini_dir, backbone=tiny_backbone_dir, recipe=recipe,
+                          show_progress=False)
+    return out, done.results
 
 
 def test_results_json_has_the_documented_shape(quickstart_out, scifact_mini_dir):
@@ -31,6 +31,11 @@ def test_results_json_has_the_documented_shape(quickstart_out, scifact_mini_dir)
     assert set(on_disk["seconds"]) == {"train", "index", "search_ms_per_query"}
     assert on_disk["seconds"]["search_ms_per_query"] > 0
     assert on_disk["config"]["training_steps"] > 0
+    recipe = on_disk["config"]["recipe"]
+    assert (recipe["encoder"]["dim"], recipe["encoder"]["bucket_layers"], recipe["training"]["max_minutes"]) == (
+        1024, [1, 2], 1.0)
+    assert recipe["hard_negative_depth"] == 5
+    assert "| encoder.dim | 1024 |" in (out / "model" / "README.md").read_text()
 
 
 def test_quickstart_bm25_equals_the_library_baseline(quickstart_out, mini_data):
@@ -55,17 +60,3 @@ def test_quickstart_refuses_to_overwrite(quickstart_out):
     with pytest.raises(FileExistsError, match="already holds results"):
         run_quickstart(out)
 
-
-def test_train_on_collection_with_unfrozen_top_layer_and_dev_early_stopping(tiny_encoder, scifact_mini_dir):
-    from uhdsearch.evaluation.datasets import load_beir
-    from uhdsearch.quickstart import train_on_collection
-
-    train_data = load_beir(scifact_mini_dir, "train")
-    documents = list(train_data.corpus.values())
-    top = tiny_encoder.backbone.model.encoder.layer[-1].output.dense.weight.detach().clone()
-    recipe = Recipe(dim=1024, wta_k=8, bucket_layers=(1, 2), document_max_length=64, ict_per_document=0,
-                    epochs=2.0, learning_rate=1e-3, train_backbone_layers=1, eval_every=2, dev_share=0.25)
-    result, n_pairs = train_on_collection(tiny_encoder, documents, train_data, recipe, show_progress=False)
-    assert 0 < n_pairs < 45  # a quarter of the train queries is held out for the dev score
-    assert len(result.evals) >= 2 and result.best_step is not None
-    assert not torch.equal(top, tiny_encoder.backbone.model.encoder.layer[-1].output.dense.weight)

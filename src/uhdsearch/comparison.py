@@ -215,7 +215,8 @@ def _uhd_model(ctx: SystemContext):
     def make():
         from uhdsearch.encoder.config import EncoderConfig
         from uhdsearch.encoder.model import UHDEncoder
-        from uhdsearch.quickstart import FAST, Recipe, train_on_collection
+        from uhdsearch.training.presets import FAST
+        from uhdsearch.training.recipe import Recipe, train_on_collection
 
         recipe = ctx.recipe or replace(Recipe(**FAST) if ctx.fast else Recipe(), document_max_length=ctx.max_length)
         config = EncoderConfig(dim=recipe.dim, wta_k=recipe.wta_k, query_k=recipe.query_k,

@@ -265,6 +265,81 @@ def test_invalid_encoder_setting(tmp_path: Path, scifact_mini_dir: Path, tiny_ba
     _assert_user_error(code, out, err, "wta_k=100", "dim (64)")
 
 
+# ---------------------------------------------------------------------------------------------- presets
+def _record_training(monkeypatch) -> list:
+    """Stand in for the training itself: record the encoder settings and recipe `uhdsearch train` built."""
+    import uhdsearch.training.recipe as recipe_module
+    from uhdsearch.training.trainer import TrainingResult
+
+    seen = []
+
+    def record(model, documents, train_data, recipe, *args, **kwargs):
+        seen.append((model.config, recipe, train_data is None))
+        return TrainingResult(steps=1), 7
+
+    monkeypatch.setattr(recipe_module, "train_on_collection", record)
+    return seen
+
+
+@pytest.mark.parametrize(("extra", "name", "overrides", "ict_only"), [
+    ([], "quickstart", {}, False),
+    (["--preset", "fast", "--wta-k", "8", "--query-k", "0", "--eval-every", "0", "--bucket-layers", "1,2"],
+     "fast", {"wta_k": 8, "query_k": None, "eval_every": None, "bucket_layers": (1, 2)}, False),
+    (["--preset", "paper", "--dim", "1024", "--max-minutes", "2", "--split", "", "--learning-rate", "0.001",
+      "--hard-negative-depth", "5"],
+     "paper", {"dim": 1024, "max_minutes": 2.0, "use_train_qrels": False, "learning_rate": 1e-3,
+               "hard_negative_depth": 5}, True),
+], ids=["default", "fast", "paper"])
+def test_train_starts_from_a_preset_and_options_override_only_what_is_given(
+        extra, name, overrides, ict_only, monkeypatch, tmp_path: Path, scifact_mini_dir: Path,
+        tiny_backbone_dir: Path, capsys) -> None:
+    from uhdsearch.training.presets import preset
+
+    seen = _record_training(monkeypatch)
+    code, out, err = _run(capsys, ["train", "--data", str(scifact_mini_dir), "--out", str(tmp_path / "m"),
+                                   "--backbone", str(tiny_backbone_dir), *extra])
+    assert code == 0, err
+    assert json.loads(out) == {"model": str(tmp_path / "m"), "pairs": 7, "steps": 1, "seconds": 0.0}
+    expected = preset(name, **{"max_minutes": 60.0, **overrides})  # `train` keeps its one-hour budget by default
+    assert seen == [(expected.encoder, expected, ict_only)]
+    assert json.loads((tmp_path / "m" / "uhd_config.json").read_text())["dim"] == expected.encoder.dim
+
+
+def test_unknown_preset(tmp_path: Path, scifact_mini_dir: Path, tiny_backbone_dir: Path, capsys) -> None:
+    code, out, err = _run(capsys, ["train", "--data", str(scifact_mini_dir), "--out", str(tmp_path / "m"),
+                                   "--backbone", str(tiny_backbone_dir), "--preset", "huge"])
+    _assert_user_error(code, out, err, "unknown preset 'huge'", "quickstart, fast, paper")
+    assert not (tmp_path / "m").exists()
+
+
+def test_quickstart_prints_what_the_pipeline_returns(monkeypatch, tmp_path: Path, capsys) -> None:
+    import uhdsearch.quickstart as quickstart_module
+    from uhdsearch.evaluation.experiment import compare
+    from uhdsearch.training.presets import PRESETS
+    from uhdsearch.types import Run, ScoredDoc
+
+    calls = []
+    runs = {name: Run({"q1": [ScoredDoc(doc, 1.0)]}) for name, doc in (("bm25", "d1"), ("uhd-binary", "d2"))}
+    comparison = compare(runs, {"q1": "a query"}, {"q1": {"d1": 1}}, ["nDCG@10"], baseline="bm25")
+
+    def pipeline(out, **kwargs):
+        calls.append(kwargs)
+        return quickstart_module.QuickstartResult(
+            {}, {}, comparison, {"uhd-binary-rerank-bm25": {"nDCG@10": 0.5}},
+            {"train": 12.3, "index": 4.0, "search_ms_per_query": 1.25}, Path(out) / "results.json")
+
+    monkeypatch.setattr(quickstart_module, "run_quickstart", pipeline)
+    code, out, err = _run(capsys, ["quickstart", "--out", str(tmp_path), "--fast", "--preset", "paper"])
+    assert code == 0, err
+    assert calls[0]["recipe"] == PRESETS["paper"] and calls[0]["fast"] is True
+    assert out.startswith(comparison.format_table() + "\n")
+    assert "re-ranking BM25's top 1000:\n  uhd-binary-rerank-bm25" + " " * 7 + "nDCG@10 0.5000\n" in out
+    assert "train 12 s, index 4 s, UHD-binary search 1.2 ms/query" in out
+    assert out.endswith(f"wrote {tmp_path / 'results.json'}\n")
+    code, out, err = _run(capsys, ["quickstart", "--out", str(tmp_path)])
+    assert code == 0 and calls[1]["recipe"] is None and calls[1]["fast"] is False  # the pipeline's own default
+
+
 # ---------------------------------------------------------------------------------------------- search options
 @pytest.mark.parametrize("k", ["0", "-1"])
 def test_k_must_be_positive(trained: Trained, k: str, capsys) -> None:

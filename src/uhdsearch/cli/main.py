@@ -49,13 +49,26 @@ def quickstart(
     data: Optional[Path] = typer.Option(None, "--data", help="BEIR-layout collection (default: bundled SciFact)."),
     split: str = typer.Option("test", "--split", help="qrels split to evaluate on."),
     fast: bool = typer.Option(False, "--fast", help="Smoke run in under 3 minutes (small corpus and model)."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="Training preset: quickstart (default; fast with "
+                                         "--fast), fast or paper."),
     backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace earlier results in --out."),
 ) -> None:
     """Train a UHD model, index the collection, and compare UHD, BM25 and dense retrieval."""
     from uhdsearch.quickstart import run_quickstart
+    from uhdsearch.training.presets import preset as named_preset
 
-    run_quickstart(out, data_dir=data, split=split, fast=fast, backbone=backbone, overwrite=overwrite)
+    recipe = named_preset(preset) if preset is not None else None
+    done = run_quickstart(out, data_dir=data, split=split, fast=fast, backbone=backbone, recipe=recipe,
+                          overwrite=overwrite)
+    typer.echo(done.comparison.format_table())
+    typer.echo("re-ranking BM25's top 1000:")
+    for name, scores in done.rerank.items():
+        typer.echo(f"  {name:28s} " + "  ".join(f"{m} {v:.4f}" for m, v in scores.items()))
+    seconds = done.seconds
+    typer.echo(f"train {seconds['train']:.0f} s, index {seconds['index']:.0f} s, "
+               f"UHD-binary search {seconds['search_ms_per_query']:.1f} ms/query (encode + search, median)")
+    typer.echo(f"wrote {done.path}")
 
 
 @app.command()
@@ -64,42 +77,53 @@ def train(
     out: Path = typer.Option(..., "--out", help="Model directory to write."),
     split: Optional[str] = typer.Option("train", "--split", help="qrels split with training pairs ('' = ICT only)."),
     backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
-    dim: int = typer.Option(32_768, "--dim"),
-    wta_k: int = typer.Option(40, "--wta-k"),
-    query_k: int = typer.Option(0, "--query-k", help="Query truncation (Table 4); 0 keeps every active dimension."),
+    preset: str = typer.Option("quickstart", "--preset", help="Settings to start from: quickstart, fast or paper "
+                               "(uhdsearch.training.presets); the options below override them."),
+    dim: Optional[int] = typer.Option(None, "--dim"),
+    wta_k: Optional[int] = typer.Option(None, "--wta-k"),
+    query_k: Optional[int] = typer.Option(None, "--query-k", help="Query truncation (Table 4); 0 keeps every "
+                                          "active dimension."),
     bucket_layers: Optional[str] = typer.Option(None, "--bucket-layers", help="e.g. 2,4,6 (default: last layer)."),
     bucket_weights: Optional[str] = typer.Option(None, "--bucket-weights"),
-    document_max_length: int = typer.Option(256, "--document-max-length"),
-    epochs: float = typer.Option(1.0, "--epochs"),
-    learning_rate: float = typer.Option(1e-4, "--learning-rate"),
-    ict_per_document: int = typer.Option(2, "--ict-per-document", help="Inverse Cloze Task pairs per passage."),
-    distill_weight: float = typer.Option(0.0, "--distill-weight"),
-    hard_negative_depth: int = typer.Option(0, "--hard-negative-depth", help="BM25 hard negatives from the top N."),
-    train_backbone_layers: int = typer.Option(0, "--train-backbone-layers", help="0 frozen, N top layers, -1 all."),
-    max_minutes: float = typer.Option(60.0, "--max-minutes"),
-    eval_every: int = typer.Option(100, "--eval-every", help="Dev nDCG@10 every N steps (0 = off); best kept."),
+    document_max_length: Optional[int] = typer.Option(None, "--document-max-length"),
+    epochs: Optional[float] = typer.Option(None, "--epochs"),
+    learning_rate: Optional[float] = typer.Option(None, "--learning-rate"),
+    ict_per_document: Optional[int] = typer.Option(None, "--ict-per-document",
+                                                   help="Inverse Cloze Task pairs per passage."),
+    distill_weight: Optional[float] = typer.Option(None, "--distill-weight"),
+    hard_negative_depth: Optional[int] = typer.Option(None, "--hard-negative-depth",
+                                                      help="BM25 hard negatives from the top N."),
+    train_backbone_layers: Optional[int] = typer.Option(None, "--train-backbone-layers",
+                                                        help="0 frozen, N top layers, -1 all."),
+    # A standalone run gets an hour whatever the preset; the quickstart preset's 7 minutes are for its demo.
+    max_minutes: float = typer.Option(60.0, "--max-minutes", help="Training time budget."),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Dev nDCG@10 every N steps (0 = off); "
+                                             "best kept."),
     overwrite: bool = typer.Option(False, "--overwrite"),
 ) -> None:
-    """Train a UHD encoder (frozen backbone, WTA heads) on qrels pairs and ICT pairs."""
+    """Train a UHD encoder (by default: frozen backbone, WTA heads) on qrels pairs and ICT pairs."""
     from uhdsearch.encoder.backbone import Backbone
-    from uhdsearch.encoder.config import EncoderConfig
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_beir
-    from uhdsearch.quickstart import Recipe, _load_train_split, train_on_collection
+    from uhdsearch.training.presets import preset as named_preset
+    from uhdsearch.training.recipe import load_train_split, train_on_collection
 
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
-    config = EncoderConfig(dim=dim, wta_k=wta_k, query_k=query_k or None, bucket_layers=_layers(bucket_layers),
-                           bucket_weights=_weights(bucket_weights), document_max_length=document_max_length)
-    recipe = Recipe(dim=dim, wta_k=wta_k, query_k=query_k or None, bucket_layers=config.bucket_layers,
-                    bucket_weights=config.bucket_weights, document_max_length=document_max_length,
-                    ict_per_document=ict_per_document, use_train_qrels=bool(split), epochs=epochs,
-                    learning_rate=learning_rate, distill_weight=distill_weight, max_train_minutes=max_minutes,
-                    hard_negative_depth=hard_negative_depth, train_backbone_layers=train_backbone_layers,
-                    eval_every=eval_every or None)
+    given = {"dim": dim, "wta_k": wta_k, "document_max_length": document_max_length, "epochs": epochs,
+             "learning_rate": learning_rate, "ict_per_document": ict_per_document, "distill_weight": distill_weight,
+             "hard_negative_depth": hard_negative_depth, "train_backbone_layers": train_backbone_layers,
+             "bucket_layers": _layers(bucket_layers) if bucket_layers is not None else None,
+             "bucket_weights": _weights(bucket_weights)}
+    overrides = {k: v for k, v in given.items() if v is not None}
+    if query_k is not None:
+        overrides["query_k"] = query_k or None
+    if eval_every is not None:
+        overrides["eval_every"] = eval_every or None
+    recipe = named_preset(preset, max_minutes=max_minutes, use_train_qrels=bool(split), **overrides)
     corpus = load_beir(data, split).corpus if split else _corpus_only(data)
-    model = UHDEncoder(Backbone.from_pretrained(backbone), config)
-    result, n_pairs = train_on_collection(model, list(corpus.values()), _load_train_split(data, split or None), recipe)
+    model = UHDEncoder(Backbone.from_pretrained(backbone), recipe.encoder)
+    result, n_pairs = train_on_collection(model, list(corpus.values()), load_train_split(data, split or None), recipe)
     model.save_pretrained(out, overwrite=overwrite)
     typer.echo(json.dumps({"model": str(out), "pairs": n_pairs, "steps": result.steps,
                            "seconds": round(result.seconds, 1)}))

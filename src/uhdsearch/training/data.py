@@ -43,6 +43,12 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     """Character spans of the sentences of `text` (a light rule: end mark, space, capital or digit).
 
     In text without any capital letter, an end mark and space before any letter ends a sentence.
+
+    >>> text = "Cells divide. Mitochondria make energy (ATP). 3 genes matter."
+    >>> [text[a:b] for a, b in split_sentences(text)]
+    ['Cells divide.', 'Mitochondria make energy (ATP).', '3 genes matter.']
+    >>> len(split_sentences("lowercased text . no capitals here ."))
+    2
     """
     pattern = _SENTENCE_END if any(c.isupper() for c in text) else _SENTENCE_END_LOWERCASED
     spans, start = [], 0
@@ -60,6 +66,10 @@ def ict_pairs(
     """Inverse Cloze Task pairs: a sentence of a passage as the query, the rest of the passage as its positive.
 
     Passages with fewer than three sentences are skipped (removing the sentence would leave too little).
+
+    >>> doc = Document("d0", "Cells divide often. Mitochondria make energy for cells. The nucleus holds the genome.")
+    >>> [(p.query, p.doc_row) for p in ict_pairs([doc], per_document=1, min_words=3)]
+    [('Mitochondria make energy for cells.', 0)]
     """
     rng = random.Random(seed)
     pairs = []
@@ -104,6 +114,11 @@ def unique_document_batches(pairs: Sequence[TrainingPair], batch_size: int, seed
 
 
 def remove_span(text: str, span: tuple[int, int] | None) -> str:
+    """`text` without the characters of `span` (an ICT pair's query sentence); None keeps it whole.
+
+    >>> remove_span("One. Two words here. Three.", (5, 20))
+    'One.   Three.'
+    """
     if span is None:
         return text
     return (text[: span[0]] + " " + text[span[1]:]).strip()

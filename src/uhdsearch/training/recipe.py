@@ -1,0 +1,212 @@
+"""The training recipe: settings (Recipe) and how to train a UHD encoder on one collection with them.
+
+Training pairs come from a collection's train qrels (a share held out as a dev split) and from the Inverse Cloze
+Task; the WTA heads are centred first; optional BM25 hard negatives and a dense teacher; dev nDCG@10 early
+stopping in which the untrained head (step 0) competes. The named settings are in presets.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from uhdsearch.baselines.bm25 import BM25Retriever
+from uhdsearch.baselines.dense import DenseRetriever, mean_pool
+from uhdsearch.encoder.config import EncoderConfig
+from uhdsearch.encoder.model import UHDEncoder
+from uhdsearch.encoder.states import TokenStates, compute_token_states
+from uhdsearch.evaluation.datasets import BeirData, load_beir
+from uhdsearch.evaluation.metrics import evaluate
+from uhdsearch.index.inverted import BinaryIndex
+from uhdsearch.search.searcher import Searcher
+from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
+from uhdsearch.training.negatives import hard_negatives_from_rankings
+from uhdsearch.training.trainer import Teacher, TrainingArgs, TrainingResult, train
+from uhdsearch.types import Document, Qrels, Query
+
+logger = logging.getLogger(__name__)
+
+# `seed` is a field of both parts, so it is set through `encoder=` or `training=` only.
+_ENCODER_FIELDS = frozenset(f.name for f in dataclasses.fields(EncoderConfig)) - {"seed"}
+_TRAINING_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainingArgs)) - {"seed"}
+_ALIASES = {"max_train_minutes": "max_minutes"}  # the name Recipe used before it held a TrainingArgs
+
+DevSplit = tuple[list[Query], Qrels]
+
+
+@dataclass(frozen=True, init=False)
+class Recipe:
+    """An encoder's settings, the training loop's, and the recipe's own; the defaults are the quickstart's.
+
+    Keywords named after an EncoderConfig or TrainingArgs field change that field of `encoder` or `training`, and
+    reading one returns it, so the quickstart with a smaller head is one line:
+
+    >>> recipe = Recipe(dim=8_192, epochs=2.0)
+    >>> (recipe.encoder.dim, recipe.dim, recipe.wta_k, recipe.training.epochs, recipe.ict_per_document)
+    (8192, 8192, 40, 2.0, 2)
+    >>> dataclasses.replace(recipe, learning_rate=1e-3).training.learning_rate
+    0.001
+    """
+
+    # README "The default recipe": one bucket on the last layer; SciFact claims are long, so no query truncation
+    # (the paper's query_k=100, Table 4, costs ~0.12 nDCG@10); documents to 256 tokens instead of A.1's 180.
+    encoder: EncoderConfig = EncoderConfig(dim=32_768, wta_k=40, query_k=None, document_max_length=256)
+    # TrainingArgs' defaults (frozen backbone, lr 1e-4, one epoch), a 7-minute budget, dev nDCG@10 at step 0
+    # and every 100 steps with the best weights kept.
+    training: TrainingArgs = TrainingArgs(eval_every=100, max_minutes=7.0)
+    ict_per_document: int = 2  # Inverse Cloze Task pairs per passage (Luan et al. §7), 0 = none
+    center: bool = True  # initialise WTA biases so the mean token state projects to zero (WTALayer.center_)
+    use_train_qrels: bool = True  # pairs from the collection's train qrels when it has them
+    hard_negative_depth: int = 0  # > 0: one BM25 hard negative per pair from the query's top N
+    dev_share: float = 0.1  # of the train queries, held out for early stopping (when training.eval_every)
+
+    def __init__(self, encoder: EncoderConfig | None = None, training: TrainingArgs | None = None,
+                 **settings: Any) -> None:
+        own = {f.name: f.default for f in dataclasses.fields(Recipe) if f.name not in ("encoder", "training")}
+        encoder = Recipe.encoder if encoder is None else encoder
+        training = Recipe.training if training is None else training
+        settings = {_ALIASES.get(k, k): v for k, v in settings.items()}
+        unknown = set(settings) - set(own) - _ENCODER_FIELDS - _TRAINING_FIELDS
+        if unknown:
+            raise TypeError(f"unknown Recipe setting(s) {sorted(unknown)}; give seed through encoder= or training=")
+        in_encoder = {k: v for k, v in settings.items() if k in _ENCODER_FIELDS}
+        in_training = {k: v for k, v in settings.items() if k in _TRAINING_FIELDS}
+        object.__setattr__(self, "encoder", encoder.replace(**in_encoder) if in_encoder else encoder)
+        object.__setattr__(self, "training", dataclasses.replace(training, **in_training))
+        for name, default in own.items():
+            object.__setattr__(self, name, settings.get(name, default))
+        if self.ict_per_document < 0 or self.hard_negative_depth < 0:
+            raise ValueError("ict_per_document and hard_negative_depth must be >= 0")
+        if not 0.0 <= self.dev_share < 1.0:
+            raise ValueError(f"dev_share={self.dev_share} must be in [0, 1)")
+
+    def __getattr__(self, name: str) -> Any:
+        name = _ALIASES.get(name, name)
+        part = "encoder" if name in _ENCODER_FIELDS else "training" if name in _TRAINING_FIELDS else None
+        if part is None or part not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self.__dict__[part], name)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every setting, the encoder's and the loop's nested, tuples as lists (for results files)."""
+        return _lists(dataclasses.asdict(self))
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    return list(value) if isinstance(value, tuple) else value
+
+
+def train_on_collection(
+    model: UHDEncoder, documents: list[Document], train_data: BeirData | None, recipe: Recipe,
+    states: TokenStates | None = None, dense: DenseRetriever | None = None, show_progress: bool = True,
+) -> tuple[TrainingResult, int]:
+    """Train `model`'s WTA heads on qrels pairs (if any) plus Inverse Cloze Task pairs of `documents`.
+
+    The loop's settings are `recipe.training`; `model` carries its encoder settings already.
+
+    Returns:
+        (TrainingResult, number of training pairs).
+    """
+    if states is None:
+        layers = sorted(set(model.layers) | {model.backbone.n_layers})
+        states = compute_token_states(model.backbone, [d.full_text for d in documents], layers,
+                                      model.config.document_max_length, show_progress=show_progress)
+    if recipe.center:
+        model.center_buckets(states)
+    args = recipe.training
+    pairs, dev = training_pairs(documents, train_data, recipe)
+    teacher = None
+    if args.distill_weight > 0:
+        dense = dense or DenseRetriever.build(documents, backbone=model.backbone, states=states, show_progress=False)
+        teacher = Teacher(query_vectors(dense, {p.query for p in pairs}), mean_pool(states, model.backbone.n_layers))
+    eval_fn = dev_evaluator(states if args.train_backbone_layers == 0 else None, documents, dev) \
+        if dev and args.eval_every else None
+    negatives = bm25_negatives(documents, pairs, recipe.hard_negative_depth) if recipe.hard_negative_depth > 0 \
+        else None
+    return train(model, documents, pairs, args, document_states=states, hard_negatives=negatives, teacher=teacher,
+                 eval_fn=eval_fn, show_progress=show_progress), len(pairs)
+
+
+def bm25_negatives(documents: Sequence[Document], pairs: Sequence[TrainingPair], depth: int) -> list[int | None]:
+    """One BM25 hard negative per pair (a document row, or None) from its query's top `depth`, never a positive."""
+    bm25 = BM25Retriever.build(documents, show_progress=False)
+    queries = sorted({p.query for p in pairs})
+    run = bm25.search({str(i): q for i, q in enumerate(queries)}, k=depth)
+    row = {d.doc_id: i for i, d in enumerate(documents)}
+    rankings = {q: [row[h.doc_id] for h in run[str(i)]] for i, q in enumerate(queries)}
+    positives: dict[str, set[int]] = {}
+    for p in pairs:
+        positives.setdefault(p.query, set()).add(p.doc_row)
+    return hard_negatives_from_rankings(pairs, rankings, positives, depth=depth)
+
+
+def load_train_split(data_dir: str | Path, train_split: str | None) -> BeirData | None:
+    """The collection's `train_split` qrels and queries, or None (ICT pairs only) where it has none."""
+    data_dir = Path(data_dir)
+    if train_split and (data_dir / "qrels" / f"{train_split}.tsv").is_file():
+        return load_beir(data_dir, train_split)
+    logger.info("no '%s' qrels in %s: training on Inverse Cloze Task pairs only", train_split, data_dir)
+    return None
+
+
+def training_pairs(
+    documents: Sequence[Document], train_data: BeirData | None, recipe: Recipe,
+) -> tuple[list[TrainingPair], DevSplit | None]:
+    """Qrels pairs of the train queries not held out, then ICT pairs; and the dev split (queries, qrels) or None.
+
+    The held-out share is the first `dev_share` of the train queries shuffled with seed 0; no dev split
+    without `training.eval_every`.
+    """
+    rows = {d.doc_id: i for i, d in enumerate(documents)}
+    pairs: list[TrainingPair] = []
+    dev: DevSplit | None = None
+    if train_data is not None and recipe.use_train_qrels:
+        queries = list(train_data.queries)
+        random.Random(0).shuffle(queries)
+        n_dev = int(len(queries) * recipe.dev_share) if recipe.training.eval_every else 0
+        dev_queries, train_queries = queries[:n_dev], queries[n_dev:]
+        pairs += pairs_from_qrels(train_queries, train_data.qrels, rows)
+        if dev_queries:
+            dev = (dev_queries, {q.query_id: train_data.qrels[q.query_id] for q in dev_queries})
+    if recipe.ict_per_document:
+        pairs += ict_pairs(documents, per_document=recipe.ict_per_document)
+    return pairs, dev
+
+
+def dev_evaluator(
+    states: TokenStates | None, documents: Sequence[Document], dev: DevSplit, n_documents: int = 1_000,
+) -> Callable[[UHDEncoder], float]:
+    """nDCG@10 of UHD-binary on held-out train queries over their positives plus a random sample of documents.
+
+    A sample keeps each evaluation to seconds; states=None re-encodes (the backbone is training).
+    """
+    queries, qrels = dev
+    judged = {d for rel in qrels.values() for d in rel}
+    rows = [i for i, d in enumerate(documents) if d.doc_id in judged]
+    others = [i for i, d in enumerate(documents) if d.doc_id not in judged]
+    rows = sorted(rows + random.Random(0).sample(others, max(0, min(len(others), n_documents - len(rows)))))
+    doc_ids = [documents[i].doc_id for i in rows]
+
+    def score(model: UHDEncoder) -> float:
+        if states is not None:
+            encoded = model.encode_states(states, show_progress=False, rows=rows)
+        else:
+            encoded = model.encode_document([documents[i].full_text for i in rows], show_progress=False)
+        index = BinaryIndex.from_encoding(encoded, doc_ids, None)
+        return evaluate(Searcher(model, index, "binary").search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
+
+    return score
+
+
+def query_vectors(dense: DenseRetriever, texts: Iterable[str]) -> dict[str, np.ndarray]:
+    """The dense retriever's embedding of each query text (the distillation teacher's queries)."""
+    texts = sorted(texts)
+    return dict(zip(texts, dense.encode_queries(texts)))

@@ -1,0 +1,111 @@
+"""The training recipe (uhdsearch.training.recipe) and its presets: settings, pairs and dev split, training."""
+from __future__ import annotations
+
+import dataclasses
+import doctest
+import importlib
+
+import pytest
+import torch
+
+from uhdsearch.encoder.config import EncoderConfig
+from uhdsearch.evaluation.datasets import load_beir
+from uhdsearch.training.presets import FAST, PRESETS, preset
+from uhdsearch.training.recipe import Recipe, load_train_split, train_on_collection, training_pairs
+from uhdsearch.training.trainer import TrainingArgs
+
+# The quickstart's settings as the former flat quickstart.Recipe and quickstart.FAST held them.
+FORMER_QUICKSTART = dict(dim=32_768, wta_k=40, query_k=None, bucket_layers=(-1,), bucket_weights=None,
+                         document_max_length=256, ict_per_document=2, center=True, use_train_qrels=True, epochs=1.0,
+                         learning_rate=1e-4, distill_weight=0.0, hard_negative_depth=0, train_backbone_layers=0,
+                         dev_share=0.1, eval_every=100, max_train_minutes=7.0)
+FORMER_FAST = dict(FORMER_QUICKSTART, dim=8_192, ict_per_document=1, epochs=1.0, max_train_minutes=1.0, eval_every=None)
+
+
+@pytest.mark.parametrize("name", ["uhdsearch.training.recipe", "uhdsearch.training.presets",
+                                  "uhdsearch.training.data"])
+def test_docstring_examples(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize(("name", "former"), [("quickstart", FORMER_QUICKSTART), ("fast", FORMER_FAST)])
+def test_presets_keep_the_former_quickstart_settings(name: str, former: dict) -> None:
+    recipe = PRESETS[name]
+    assert {k: getattr(recipe, k) for k in former} == former
+    # every other setting is EncoderConfig's and TrainingArgs' own default, as the quickstart used them
+    assert recipe.encoder == EncoderConfig().replace(**{k: former[k] for k in (
+        "dim", "wta_k", "query_k", "bucket_layers", "bucket_weights", "document_max_length")})
+    assert recipe.training == TrainingArgs(epochs=1.0, learning_rate=1e-4, distill_weight=0.0,
+                                           train_backbone_layers=0, eval_every=former["eval_every"],
+                                           max_minutes=former["max_train_minutes"])
+    assert Recipe() == PRESETS["quickstart"] and Recipe(**FAST) == PRESETS["fast"]
+
+
+def test_paper_preset_is_the_papers_a1() -> None:
+    paper = PRESETS["paper"]
+    assert paper.encoder == EncoderConfig()
+    assert (paper.dim, paper.wta_k, paper.query_k, paper.query_max_length, paper.document_max_length) == (
+        81_920, 80, 100, 32, 180)
+    assert (paper.learning_rate, paper.batch_size, paper.weight_decay, paper.train_backbone_layers) == (
+        5e-6, 32, 0.01, -1)
+    assert (paper.ict_per_document, paper.center, paper.eval_every, paper.max_minutes) == (0, False, None, None)
+
+
+def test_flat_settings_change_one_part_and_leave_the_preset_alone() -> None:
+    recipe = preset("quickstart", dim=1024, wta_k=8, max_train_minutes=0.5, hard_negative_depth=5)
+    assert (recipe.encoder.dim, recipe.encoder.wta_k, recipe.training.max_minutes) == (1024, 8, 0.5)
+    assert recipe.hard_negative_depth == 5 and recipe.encoder.document_max_length == 256
+    assert PRESETS["quickstart"].dim == 32_768
+    again = dataclasses.replace(recipe, document_max_length=64)
+    assert (again.encoder.document_max_length, again.encoder.dim, again.training.max_minutes) == (64, 1024, 0.5)
+    given = Recipe(encoder=EncoderConfig(dim=2048, wta_k=4), training=TrainingArgs(epochs=3.0), wta_k=2)
+    assert (given.dim, given.wta_k, given.epochs, given.ict_per_document) == (2048, 2, 3.0, 2)
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(TypeError, match=r"unknown Recipe setting\(s\) \['bogus'\]"):
+        Recipe(bogus=1)
+    with pytest.raises(TypeError, match="seed"):
+        Recipe(seed=1)
+    with pytest.raises(ValueError, match="wta_k=100"):
+        Recipe(dim=64, wta_k=100)
+    with pytest.raises(ValueError, match="dev_share"):
+        Recipe(dev_share=1.0)
+    with pytest.raises(ValueError, match="unknown preset 'nope'; choose one of quickstart, fast, paper"):
+        preset("nope")
+    with pytest.raises(AttributeError, match="bogus"):
+        Recipe().bogus  # noqa: B018
+
+
+def test_to_json_nests_the_parts_with_lists() -> None:
+    settings = Recipe(bucket_layers=(1, 2)).to_json()
+    assert settings["encoder"]["bucket_layers"] == [1, 2] and settings["training"]["max_minutes"] == 7.0
+    assert settings["ict_per_document"] == 2 and "dim" not in settings
+
+
+def test_training_pairs_hold_out_the_same_dev_queries(mini_data, scifact_mini_dir) -> None:
+    train_data = load_train_split(scifact_mini_dir, "train")
+    documents = list(train_data.corpus.values())
+    pairs, dev = training_pairs(documents, train_data, Recipe(ict_per_document=0, dev_share=0.25))
+    dev_queries, dev_qrels = dev
+    assert len(dev_queries) == int(len(train_data.queries) * 0.25)
+    assert set(dev_qrels) == {q.query_id for q in dev_queries}
+    held_out = {q.text for q in dev_queries}
+    assert pairs and not held_out & {p.query for p in pairs}
+    assert training_pairs(documents, train_data, Recipe(ict_per_document=0, dev_share=0.25)) == (pairs, dev)
+    everything, none = training_pairs(documents, train_data, Recipe(ict_per_document=1, eval_every=None))
+    assert none is None and len(everything) > len(pairs)
+    assert load_train_split(scifact_mini_dir, "dev") is None and load_train_split(scifact_mini_dir, None) is None
+
+
+def test_train_on_collection_with_unfrozen_top_layer_and_dev_early_stopping(tiny_encoder, scifact_mini_dir):
+    train_data = load_beir(scifact_mini_dir, "train")
+    documents = list(train_data.corpus.values())
+    top = tiny_encoder.backbone.model.encoder.layer[-1].output.dense.weight.detach().clone()
+    recipe = Recipe(dim=1024, wta_k=8, bucket_layers=(1, 2), document_max_length=64, ict_per_document=0,
+                    epochs=2.0, learning_rate=1e-3, train_backbone_layers=1, eval_every=2, dev_share=0.25)
+    result, n_pairs = train_on_collection(tiny_encoder, documents, train_data, recipe, show_progress=False)
+    assert 0 < n_pairs < 45  # a quarter of the train queries is held out for the dev score
+    assert len(result.evals) >= 2 and result.best_step is not None
+    assert not torch.equal(top, tiny_encoder.backbone.model.encoder.layer[-1].output.dense.weight)
