@@ -59,7 +59,7 @@ class UHDEncoder(nn.Module):
         Example:
             >>> from uhdsearch.encoder.config import EncoderConfig
             >>> enc = UHDEncoder.new(config=EncoderConfig(dim=1024, wta_k=8, query_k=None))
-            >>> enc.encode_query(["what is sparse retrieval"]).active_per_row()[0, 0] > 0
+            >>> bool(enc.encode_query(["what is sparse retrieval"]).active_per_row()[0, 0] > 0)
             True
         """
         return cls(Backbone.from_pretrained(backbone_dir), config or EncoderConfig())
