@@ -20,6 +20,7 @@ from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.training.recipe import Recipe
 from uhdsearch.types import Run, ScoredDoc
 
+MINI = Path(__file__).resolve().parent / "data" / "scifact-mini"
 TINY = Recipe(dim=1024, wta_k=8, ict_per_document=1, max_train_minutes=0.05, eval_every=None,
               document_max_length=64)
 
@@ -38,7 +39,7 @@ def test_one_line_registers_a_system(mini_data, tiny_backbone_dir):
 
     register("constant-test")(lambda ctx: Constant())
     try:
-        report = run_comparison("tests/data/scifact-mini", "constant-test", backbone=tiny_backbone_dir,
+        report = run_comparison(MINI, "constant-test", backbone=tiny_backbone_dir,
                                 show_progress=False)
     finally:
         del SYSTEMS["constant-test"]
@@ -66,7 +67,7 @@ def test_cached_retriever_cuts_a_larger_run():
 
 @pytest.fixture(scope="module")
 def in_domain(tiny_backbone_dir):
-    return run_comparison("tests/data/scifact-mini", "uhd-binary,uhd-weighted,hybrid-uhd-bm25",
+    return run_comparison(MINI, "uhd-binary,uhd-weighted,hybrid-uhd-bm25",
                           backbone=tiny_backbone_dir, recipe=TINY, max_length=64, show_progress=False)
 
 
@@ -221,11 +222,11 @@ def test_out_of_domain_trains_de_on_the_source_train_split(out_of_domain, collec
 def test_in_domain_dense_family_is_fit_and_trained_on_the_evaluated_corpus(mini_data, tiny_backbone_dir,
                                                                            dense_backbone, tiny_states):
     """In domain nothing changes: the numbers equal the builders run on the corpus's own states and train split."""
-    _, dense_states, _ = tiny_states(Path("tests/data/scifact-mini"), "test")
+    _, dense_states, _ = tiny_states(MINI, "test")
     names = ["dense+whiten-seq", "dense+whiten-tok", "de-32"]
-    report = run_comparison("tests/data/scifact-mini", names, backbone=tiny_backbone_dir, max_length=64,
+    report = run_comparison(MINI, names, backbone=tiny_backbone_dir, max_length=64,
                             show_progress=False)
-    train = load_beir("tests/data/scifact-mini", "train")
+    train = load_beir(MINI, "train")
     for name in names:
         system = build_system(name, mini_data.corpus, train.queries, train.qrels, dense_backbone, dense_states,
                               max_length=64)

@@ -1,4 +1,12 @@
-"""Exceptions for bad input. Every one is a ValueError subclass so callers can catch broadly."""
+"""Exceptions for bad input. Every one is a ValueError subclass so callers can catch broadly.
+
+Example:
+    >>> try:
+    ...     raise IndexFormatError("idx/index_meta.json is missing")
+    ... except ValueError as exc:
+    ...     print(type(exc).__name__, isinstance(exc, UhdError))
+    IndexFormatError True
+"""
 from __future__ import annotations
 
 

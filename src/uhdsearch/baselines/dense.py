@@ -38,8 +38,9 @@ class DenseRetriever:
 
     def __init__(self, backbone: Backbone, doc_ids: list[str], embeddings: np.ndarray, query_max_length: int = 256,
                  name: str = "dense") -> None:
-        import faiss
+        from uhdsearch._optional import require
 
+        faiss = require("faiss", "dense")
         self.backbone = backbone
         self.doc_ids = doc_ids
         self.query_max_length = query_max_length

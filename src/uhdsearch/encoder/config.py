@@ -18,6 +18,14 @@ class EncoderConfig:
 
     Layers count like transformers' `hidden_states`: 0 is the embedding output, 1..L the
     transformer layers; negative numbers count from the end (-1 = last layer).
+
+    Example:
+        >>> EncoderConfig(dim=8192, wta_k=40, query_k=None).bucket_layers
+        (-1,)
+        >>> EncoderConfig(dim=8192, wta_k=9000)
+        Traceback (most recent call last):
+        ...
+        ValueError: wta_k=9000 must satisfy 0 < wta_k <= dim (8192)
     """
 
     dim: int = 81_920  # n, A.1: chosen from {8192, 24576, 49152, 81920}

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from uhdsearch._optional import require
 from uhdsearch.encoder.backbone import Backbone
-
 
 
 class _HiddenStates(nn.Module):
@@ -33,6 +33,7 @@ class _HiddenStates(nn.Module):
 
 def export_onnx(backbone: Backbone, layers: list[int]) -> bytes:
     """The backbone (inference mode) as an ONNX graph whose outputs are the hidden states of `layers`."""
+    require("onnx", "onnx")  # what torch's exporter writes the graph with
     wrapper = _HiddenStates(backbone.model, layers)
     example = backbone.tokenize(["an example query", "a second, somewhat longer example query"], 16)
     was_training = backbone.model.training
@@ -59,10 +60,7 @@ class OnnxBackbone:
     """Runs the exported backbone with ONNX Runtime; a snapshot: later weight changes are not seen."""
 
     def __init__(self, backbone: Backbone, layers: list[int], threads: int | None = None) -> None:
-        try:
-            import onnxruntime
-        except ImportError as exc:  # pragma: no cover - a declared dependency
-            raise ImportError("ONNX Runtime is not installed: pip install onnxruntime") from exc
+        onnxruntime = require("onnxruntime", "onnx")
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -20,6 +20,11 @@ def max_pool_winners(
         dim: the bucket's dimensionality.
     Returns:
         (n_texts, dim) float32.
+
+    Example:
+        >>> values, indices = torch.tensor([[0.5, 0.2], [0.9, 0.1]]), torch.tensor([[3, 1], [3, 0]])
+        >>> max_pool_winners(values, indices, torch.tensor([0, 0]), n_texts=1, dim=4)
+        tensor([[0.1000, 0.2000, 0.0000, 0.9000]])
     """
     flat = (token_text.unsqueeze(1) * dim + indices).reshape(-1)
     pooled = torch.zeros(n_texts * dim, dtype=values.dtype, device=values.device)
