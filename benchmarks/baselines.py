@@ -1,6 +1,6 @@
 """The comparison table of issue 3: every system on one BEIR collection, paired t-tests against BM25.
 
-Writes benchmarks/results/baselines_<dataset>.json (see uhdsearch.comparison.run_comparison) and prints the table.
+Writes benchmarks/results/baselines_<dataset>.json (see uhdsearch.experiments.run_comparison) and prints the table.
 
     .venv/bin/python benchmarks/baselines.py                                   # bundled SciFact, every system
     .venv/bin/python benchmarks/baselines.py --fast --systems bm25,bm25-uni,bm25-bi,splade-tiny,dense,\
@@ -19,8 +19,8 @@ import logging
 import sys
 from pathlib import Path
 
-from uhdsearch.comparison import run_comparison
 from uhdsearch.evaluation.datasets import bundled_dataset_dir
+from uhdsearch.experiments import run_comparison
 from uhdsearch.io import write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"

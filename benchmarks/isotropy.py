@@ -15,7 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
-from uhdsearch.baselines.dense_systems import isotropy_report
+from uhdsearch.baselines.isotropy import isotropy_report
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
 from uhdsearch.io import write_json
 

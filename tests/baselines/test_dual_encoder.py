@@ -4,12 +4,13 @@ import pytest
 import torch
 
 from uhdsearch.baselines.dense import DenseRetriever
-from uhdsearch.baselines.dense_systems import BUILDERS, build_dense, build_system, training_pairs
+from uhdsearch.baselines.dense_systems import build_dense, training_pairs
 from uhdsearch.baselines.dual_encoder import (
     DualEncoderArgs, DualEncoderHead, build_dual_encoder, train_dual_encoder,
 )
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.evaluation.datasets import load_beir
+from uhdsearch.experiments import SYSTEMS as BUILDERS, build_system
 
 MAX_LENGTH = 64
 

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from uhdsearch.baselines.dense_systems import build_dense_whiten_seq, build_dense_whiten_tok, isotropy_report
+from uhdsearch.baselines.dense_systems import build_dense_whiten_seq, build_dense_whiten_tok
+from uhdsearch.baselines.isotropy import isotropy_report
 from uhdsearch.baselines.whitening import Whitening, average_cosine, isotropy, pooled_embedder
 from uhdsearch.encoder.states import compute_token_states
 

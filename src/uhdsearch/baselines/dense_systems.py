@@ -1,4 +1,4 @@
-"""One builder per dense comparison system, all with one signature, plus the isotropy table (Jung et al. Table 1).
+"""One builder per dense comparison system, all with one signature (the systems of Jung et al. and Luan et al.).
 
 Every builder is
 
@@ -10,7 +10,7 @@ corpus: doc_id -> Document (its order fixes doc numbers); queries_train / qrels_
 directory, None for the bundled MiniLM, or an already loaded Backbone (reused, so load it once);
 states: TokenStates of the corpus documents from compute_token_states (must include the backbone's last
 layer; other layers are ignored) so the backbone runs over the corpus once for all systems.
-`BUILDERS` maps the system names to the builders; `build_system(name, ...)` dispatches.
+The experiment registry (`uhdsearch.experiments`) names these systems; this module only builds them.
 
 Trained systems (de-*, me-*) keep the backbone frozen and train the head on cached states (CPU budget).
 Flows are fit sequence-wise (on mean-pooled document vectors) unless mode="token".
@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from uhdsearch.baselines.dual_encoder import (
@@ -34,7 +32,7 @@ from uhdsearch.baselines.dual_encoder import (
 )
 from uhdsearch.baselines.flows import NICE, Flow, Glow
 from uhdsearch.baselines.multivector import SumOfMaxReranker, build_multivector
-from uhdsearch.baselines.whitening import Whitening, average_cosine, isotropy, pooled_embedder, sample_tokens
+from uhdsearch.baselines.whitening import Whitening, pooled_embedder, sample_tokens
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
@@ -74,8 +72,8 @@ def build_dense_whiten_seq(corpus, queries_train=None, qrels_train=None, backbon
 
     The whitening is fit on `fit_states` (e.g. another collection's documents) if given, else on the corpus.
     """
-    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
-    whitening = Whitening.fit(_pooled_vectors(_fit(states, fit_states), backbone.n_layers), dim)
+    backbone, documents, states = setup(corpus, backbone_dir, states, max_length, show_progress)
+    whitening = Whitening.fit(pooled_vectors(_fit(states, fit_states), backbone.n_layers), dim)
     return _pooled(documents, backbone, states, max_length, show_progress, None, whitening.transform,
                    "dense+whiten-seq")
 
@@ -88,7 +86,7 @@ def build_dense_whiten_tok(corpus, queries_train=None, qrels_train=None, backbon
 
     The whitening is fit on `fit_states` (e.g. another collection's documents) if given, else on the corpus.
     """
-    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    backbone, documents, states = setup(corpus, backbone_dir, states, max_length, show_progress)
     whitening = Whitening.fit(sample_tokens(_fit(states, fit_states).layer(backbone.n_layers), fit_tokens), dim)
     return _pooled(documents, backbone, states, max_length, show_progress, whitening.transform, None,
                    "dense+whiten-tok")
@@ -114,10 +112,10 @@ def fit_flow(kind: Literal["nice", "glow"], X: torch.Tensor, mode: Mode = "seque
 
 def _build_dense_flow(kind, corpus, backbone_dir, states, max_length, show_progress, mode: Mode, epochs,
                       fit_tokens, flow_options, fit_states: TokenStates | None = None) -> DualEncoder:
-    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    backbone, documents, states = setup(corpus, backbone_dir, states, max_length, show_progress)
     last, fit = backbone.n_layers, _fit(states, fit_states)
     if mode == "sequence":
-        flow, history = fit_flow(kind, _pooled_vectors(fit, last), "sequence", epochs, show_progress=show_progress,
+        flow, history = fit_flow(kind, pooled_vectors(fit, last), "sequence", epochs, show_progress=show_progress,
                                  **(flow_options or {}))
         token_transform, sequence_transform = None, flow.transform
     elif mode == "token":
@@ -168,7 +166,7 @@ def build_de(corpus, queries_train=None, qrels_train=None, backbone_dir: Backbon
     head: an already trained head (e.g. `other.embed_query` of a DE built on another collection) is only
     used to index `corpus`, for out-of-domain runs; nothing is trained then.
     """
-    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    backbone, documents, states = setup(corpus, backbone_dir, states, max_length, show_progress)
     if head is not None:
         return build_dual_encoder(documents, backbone, head, states, max_length, f"de-{head.dim}", show_progress)
     args = args or DualEncoderArgs()
@@ -190,7 +188,7 @@ def build_me(corpus, queries_train=None, qrels_train=None, backbone_dir: Backbon
     dim=-1 projects to the backbone's width (Luan: a projection helps ME even at full width); None: LayerNorm only.
     The head is trained with the max-over-m score; the query vector is [CLS]. A given `head` is used as is.
     """
-    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    backbone, documents, states = setup(corpus, backbone_dir, states, max_length, show_progress)
     if head is not None:
         return build_multivector(documents, backbone, head, m, states, max_length, f"me-{m}", show_progress)
     args = args or DualEncoderArgs(n_vectors=m)
@@ -216,7 +214,7 @@ def build_sum_of_max(corpus, queries_train=None, qrels_train=None, backbone_dir:
     (Jung et al. Table 1 applies it to ColBERT), fit on a sample of `fit_tokens` tokens of `fit_states`
     (e.g. another collection's documents) if given, else of the corpus.
     """
-    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    backbone, documents, states = setup(corpus, backbone_dir, states, max_length, show_progress)
     if first_stage is None:
         from uhdsearch.baselines.bm25 import BM25Retriever
 
@@ -251,7 +249,7 @@ def build_uhd_binary(corpus, queries_train=None, qrels_train=None, backbone_dir:
     from uhdsearch.index.inverted import BinaryIndex
     from uhdsearch.search.searcher import Searcher
 
-    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    backbone, documents, states = setup(corpus, backbone_dir, states, max_length, show_progress)
     config = EncoderConfig(dim=dim, wta_k=wta_k, query_k=None, bucket_layers=(-1,), document_max_length=max_length,
                            seed=seed, wta_dtype=wta_dtype)
     model = UHDEncoder(backbone, config)
@@ -265,126 +263,10 @@ def build_uhd_binary(corpus, queries_train=None, qrels_train=None, backbone_dir:
     return Searcher(model, index, "binary")
 
 
-# ------------------------------------------------------------------ registry
-def _named(builder, **fixed):
-    def build(corpus, queries_train=None, qrels_train=None, backbone_dir=None, states=None, **options):
-        return builder(corpus, queries_train, qrels_train, backbone_dir, states, **(fixed | options))
-
-    build.__doc__ = builder.__doc__
-    return build
-
-
-BUILDERS: dict[str, Callable[..., Any]] = {
-    "dense": build_dense,
-    "de-32": _named(build_de, dim=32),
-    "de-64": _named(build_de, dim=64),
-    "de-128": _named(build_de, dim=128),
-    "de-256": _named(build_de, dim=256),
-    "de-full": _named(build_de, dim=None),
-    "me-1": _named(build_me, m=1),
-    "me-4": _named(build_me, m=4),
-    "me-8": _named(build_me, m=8),
-    "sum-of-max": build_sum_of_max,
-    "sum-of-max+whiten": _named(build_sum_of_max, transform="whiten"),
-    "sum-of-max+nice": _named(build_sum_of_max, transform="nice"),
-    "sum-of-max+glow": _named(build_sum_of_max, transform="glow"),
-    "dense+whiten-seq": build_dense_whiten_seq,
-    "dense+whiten-tok": build_dense_whiten_tok,
-    "dense+nice": build_dense_nice,
-    "dense+glow": build_dense_glow,
-    "uhd-binary": build_uhd_binary,
-    "uhd-binary+whiten": _named(build_uhd_binary, whiten=True),
-}
-
-
-def build_system(name: str, corpus, queries_train=None, qrels_train=None, backbone_dir: BackboneArg = None,
-                 states: TokenStates | None = None, **options):
-    """Build the system called `name` (a key of BUILDERS) with the common signature.
-
-    Raises:
-        ValueError: unknown name (the message lists the known ones).
-    """
-    if name not in BUILDERS:
-        raise ValueError(f"unknown system {name!r}; known: {', '.join(BUILDERS)}")
-    return BUILDERS[name](corpus, queries_train, qrels_train, backbone_dir, states, **options)
-
-
-# ------------------------------------------------------------------ isotropy (Jung et al. Table 1)
-def isotropy_report(corpus, backbone_dir: BackboneArg = None, states: TokenStates | None = None,
-                    held_out: Sequence[str] | None = None, *, max_length: int = 256, flows: bool = True,
-                    fit_tokens: int = 50_000, batch_texts: int = 32, max_batches: int = 32,
-                    show_progress: bool = False) -> dict[str, dict[str, float]]:
-    """I(W) (Eq. 3) and average cosine (Eq. 4) before and after each transform, sequence- and token-wise.
-
-    Transforms are fit on the corpus without labels (token-wise on a sample of `fit_tokens` tokens). As in
-    Jung et al. §3.2 the metrics are averaged over batches of `batch_texts` texts (token rows: every token of
-    the batch's texts; sequence rows: their mean-pooled vectors), over the first `max_batches` full batches of
-    the corpus and, when `held_out` texts are given, of those too. Rows are L2-normalized first: the
-    retrievers score by cosine, and I(W), a min/max of sums of exponentials, is not scale-invariant (on raw
-    whitened states a few outlying tokens decide it; Jung et al.'s values fit unit vectors).
-
-    Returns:
-        {"<level>/<method>": {"I(W)", "avg_cos", "texts measured", ["I(W) held-out", "avg_cos held-out",
-        "texts measured held-out"], "seconds": fit time}} with level sequence|token, method raw|whiten|nice|glow.
-    Raises:
-        ValueError: the corpus or `held_out` has fewer than `batch_texts` texts.
-    """
-    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
-    last = backbone.n_layers
-    pooled = _pooled_vectors(states, last)
-    fit = {"sequence": pooled, "token": sample_tokens(states.layer(last), fit_tokens)}
-    batches = {"": _metric_batches(states, pooled, last, batch_texts, max_batches)}
-    if held_out:
-        from uhdsearch.encoder.states import compute_token_states
-
-        other = compute_token_states(backbone, list(held_out), [last], max_length, show_progress=show_progress)
-        batches[" held-out"] = _metric_batches(other, _pooled_vectors(other, last), last, batch_texts, max_batches)
-    report: dict[str, dict[str, float]] = {}
-    for level in ("sequence", "token"):
-        methods: dict[str, Callable[[], Callable]] = {
-            "raw": lambda: (lambda x: x),
-            "whiten": lambda: Whitening.fit(fit[level]).transform,
-        }
-        if flows:
-            methods["nice"] = lambda: fit_flow("nice", fit[level], level)[0].transform
-            methods["glow"] = lambda: fit_flow("glow", fit[level], level)[0].transform
-        for method, make in methods.items():
-            start = time.perf_counter()
-            transform = make()
-            row = {"seconds": round(time.perf_counter() - start, 2)}
-            for suffix, per_batch in batches.items():
-                row[f"texts measured{suffix}"] = len(per_batch) * batch_texts
-                sets = [torch.nn.functional.normalize(transform(batch[level]).detach(), dim=1) for batch in per_batch]
-                row[f"I(W){suffix}"] = float(np.mean([isotropy(W) for W in sets]))
-                row[f"avg_cos{suffix}"] = float(np.mean([average_cosine(W) for W in sets]))
-            report[f"{level}/{method}"] = row
-    return report
-
-
-def _metric_batches(states: TokenStates, pooled: torch.Tensor, layer: int, batch_texts: int,
-                    max_batches: int) -> list[dict]:
-    """Full consecutive batches of texts: {"token": their token states, "sequence": their `pooled` vectors}.
-
-    Only full batches: I(W) falls with the number of rows (0.61 at 32 unit rows, 0.40 at 2), so a short last
-    batch would pull the average down.
-
-    Raises:
-        ValueError: batch_texts < 2, max_batches < 1, or fewer than batch_texts texts.
-    """
-    if batch_texts < 2 or max_batches < 1:
-        raise ValueError(f"batch_texts={batch_texts} must be >= 2 and max_batches={max_batches} >= 1")
-    if states.n < batch_texts:
-        raise ValueError(f"{states.n} texts are fewer than one batch of {batch_texts}")
-    tokens = states.layer(layer)
-    batches = []
-    for lo in range(0, states.n - batch_texts + 1, batch_texts)[:max_batches]:
-        rows = slice(int(states.offsets[lo]), int(states.offsets[lo + batch_texts]))
-        batches.append({"token": tokens[rows].float(), "sequence": pooled[lo: lo + batch_texts]})
-    return batches
-
-
 # ------------------------------------------------------------------ helpers
-def _setup(corpus, backbone_dir, states, max_length, show_progress):
+def setup(corpus, backbone_dir: BackboneArg, states: TokenStates | None, max_length: int, show_progress: bool):
+    """(backbone, documents, states): the loaded backbone, the corpus as a list, and its token states
+    (the given ones, or one backbone pass)."""
     backbone = _backbone(backbone_dir)
     documents = _documents(corpus)
     return backbone, documents, _document_states(backbone, documents, states, max_length, show_progress)
@@ -395,14 +277,14 @@ def _fit(states: TokenStates, fit_states: TokenStates | None) -> TokenStates:
     return states if fit_states is None else fit_states
 
 
-def _pooled_vectors(states: TokenStates, layer: int) -> torch.Tensor:
+def pooled_vectors(states: TokenStates, layer: int) -> torch.Tensor:
     """(states.n, hidden) float32 mean-pooled (not normalized) vectors: the sequence representations."""
     return torch.from_numpy(embed_states(mean_tokens, states, layer))
 
 
 def _pooled(corpus, backbone_dir, states, max_length, show_progress, token_transform, sequence_transform,
             name: str) -> DualEncoder:
-    backbone, documents, states = _setup(corpus, backbone_dir, states, max_length, show_progress)
+    backbone, documents, states = setup(corpus, backbone_dir, states, max_length, show_progress)
     embed = pooled_embedder(token_transform, sequence_transform)
     vectors = embed_states(embed, states, backbone.n_layers)
     return DualEncoder(backbone, embed, [d.doc_id for d in documents], vectors, None, max_length, name)

@@ -234,7 +234,7 @@ def compare_systems(
     list_systems: bool = typer.Option(False, "--list", help="Print the registered system names and exit."),
 ) -> None:
     """Build or train each system, evaluate on --split, print a table with paired t-tests against bm25."""
-    from uhdsearch.comparison import SYSTEMS, run_comparison
+    from uhdsearch.experiments import SYSTEMS, run_comparison
 
     if list_systems:
         typer.echo("\n".join(SYSTEMS))

@@ -1,26 +1,24 @@
-"""The comparison library: registry, shared work, memoized runs, UHD and the dense family in and out of domain,
-numbers vs evaluate."""
+"""The experiment registry and runner: registration, shared work, memoized runs, UHD and the dense family in and
+out of domain, numbers vs evaluate."""
 from __future__ import annotations
 
 import functools
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from uhdsearch.baselines.dense_systems import build_de, build_system
+from uhdsearch.baselines.dense_systems import build_de
 from uhdsearch.baselines.dual_encoder import embed_states
 from uhdsearch.baselines.whitening import Whitening
-from uhdsearch.comparison import SYSTEMS, CachedRetriever, register, resolve_systems, run_comparison
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.evaluation.metrics import evaluate
+from uhdsearch.experiments import SYSTEMS, CachedRetriever, build_system, register, resolve_systems, run_comparison
 from uhdsearch.training.recipe import Recipe
 from uhdsearch.types import Run, ScoredDoc
 
-MINI = Path(__file__).resolve().parent / "data" / "scifact-mini"
 TINY = Recipe(dim=1024, wta_k=8, ict_per_document=1, max_train_minutes=0.05, eval_every=None,
               document_max_length=64)
 
@@ -32,14 +30,26 @@ def test_resolve_puts_bm25_first_and_rejects_unknown_names():
         resolve_systems(["bm25", "x"])
 
 
-def test_one_line_registers_a_system(mini_data, tiny_backbone_dir):
+def test_what_a_system_learns_from_is_declared_where_it_registers():
+    fitted = {n for n, s in SYSTEMS.items() if s.fits_on_source}
+    trained = {n for n, s in SYSTEMS.items() if s.trains_on_source}
+    assert fitted == {"dense+whiten-seq", "dense+whiten-tok", "dense+nice", "dense+glow", "sum-of-max+whiten",
+                      "sum-of-max+nice", "sum-of-max+glow", "uhd-binary-untrained", "uhd-binary+whiten",
+                      "uhd-binary", "uhd-weighted"}
+    assert trained == {"de-32", "de-64", "de-128", "de-256", "de-full", "me-1", "me-4", "me-8", "uhd-binary",
+                       "uhd-weighted"}
+    with pytest.raises(ValueError, match="'bm25' is already registered"):
+        register("bm25")(lambda ctx: None)
+
+
+def test_one_line_registers_a_system(mini_data, scifact_mini_dir, tiny_backbone_dir):
     class Constant:
         def search(self, queries, k):
             return Run({q.query_id: [ScoredDoc(next(iter(mini_data.corpus)), 1.0)] for q in queries})
 
     register("constant-test")(lambda ctx: Constant())
     try:
-        report = run_comparison(MINI, "constant-test", backbone=tiny_backbone_dir,
+        report = run_comparison(scifact_mini_dir, "constant-test", backbone=tiny_backbone_dir,
                                 show_progress=False)
     finally:
         del SYSTEMS["constant-test"]
@@ -66,8 +76,8 @@ def test_cached_retriever_cuts_a_larger_run():
 
 
 @pytest.fixture(scope="module")
-def in_domain(tiny_backbone_dir):
-    return run_comparison(MINI, "uhd-binary,uhd-weighted,hybrid-uhd-bm25",
+def in_domain(scifact_mini_dir, tiny_backbone_dir):
+    return run_comparison(scifact_mini_dir, "uhd-binary,uhd-weighted,hybrid-uhd-bm25",
                           backbone=tiny_backbone_dir, recipe=TINY, max_length=64, show_progress=False)
 
 
@@ -219,14 +229,15 @@ def test_out_of_domain_trains_de_on_the_source_train_split(out_of_domain, collec
         "trained_on": f"source/train qrels + ICT pairs of source (source corpus, {len(source_documents):,} documents)"}
 
 
-def test_in_domain_dense_family_is_fit_and_trained_on_the_evaluated_corpus(mini_data, tiny_backbone_dir,
-                                                                           dense_backbone, tiny_states):
+def test_in_domain_dense_family_is_fit_and_trained_on_the_evaluated_corpus(mini_data, scifact_mini_dir,
+                                                                           tiny_backbone_dir, dense_backbone,
+                                                                           tiny_states):
     """In domain nothing changes: the numbers equal the builders run on the corpus's own states and train split."""
-    _, dense_states, _ = tiny_states(MINI, "test")
+    _, dense_states, _ = tiny_states(scifact_mini_dir, "test")
     names = ["dense+whiten-seq", "dense+whiten-tok", "de-32"]
-    report = run_comparison(MINI, names, backbone=tiny_backbone_dir, max_length=64,
+    report = run_comparison(scifact_mini_dir, names, backbone=tiny_backbone_dir, max_length=64,
                             show_progress=False)
-    train = load_beir(MINI, "train")
+    train = load_beir(scifact_mini_dir, "train")
     for name in names:
         system = build_system(name, mini_data.corpus, train.queries, train.qrels, dense_backbone, dense_states,
                               max_length=64)

@@ -1,4 +1,4 @@
-"""`uhdsearch compare` end to end on scifact-mini with cheap systems; its numbers against independent builds."""
+"""`uhdsearch compare` (the experiment runner behind the CLI) end to end on scifact-mini with cheap systems; its numbers against independent builds."""
 from __future__ import annotations
 
 import contextlib

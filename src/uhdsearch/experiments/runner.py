@@ -1,0 +1,89 @@
+"""The one comparison: build or train every chosen system on a BEIR collection, evaluate, test against BM25."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from uhdsearch.evaluation.experiment import compare
+from uhdsearch.evaluation.metrics import DEFAULT_MEASURES
+from uhdsearch.experiments.context import SystemContext
+from uhdsearch.experiments.registry import BASELINE, resolve_systems
+from uhdsearch.experiments.report import ComparisonReport, results_json
+from uhdsearch.io import write_json
+from uhdsearch.types import Retriever, Run, check_k
+
+logger = logging.getLogger(__name__)
+
+
+def run_comparison(
+    data_dir: str | os.PathLike | None = None,
+    systems: str | Sequence[str] | None = None,
+    train_data_dir: str | os.PathLike | None = None,
+    split: str = "test",
+    fast: bool = False,
+    backbone: str | os.PathLike | None = None,
+    recipe: Any = None,
+    max_length: int = 256,
+    k: int = 1000,
+    measures: Sequence[str] = DEFAULT_MEASURES,
+    out_path: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    show_progress: bool = True,
+) -> ComparisonReport:
+    """Build or train each system on one collection, search its `split`, compare with BM25, write JSON.
+
+    Args:
+        data_dir: BEIR-layout collection (default: the bundled SciFact).
+        systems: Registered names (comma-separated or a list); None or "all" for every one. BM25, the
+            baseline of the paired t-tests, is always included.
+        train_data_dir: Out-of-domain training (Jung et al. Table 3): UHD and the DE/ME heads train on this
+            collection's corpus and train split, and whitening, flows and WTA centering are fit on its whole
+            corpus; the evaluated collection is only indexed and searched. ``config["dense_family"]`` records
+            what each dense-family system was trained or fit on. Default: the evaluated collection's own train
+            split when it has one, else ICT pairs of its corpus.
+        split: The qrels split to evaluate on.
+        fast: The quickstart's fast UHD recipe (small head, one minute of training).
+        backbone: Local backbone directory (default: the bundled MiniLM); also the wordpiece tokenizer of
+            BM25-uni/bi.
+        recipe: A UHD training `Recipe` (see `uhdsearch.experiments.systems.uhd`; overrides `fast`).
+        max_length: Document token limit of the neural systems.
+        k: Result depth per query.
+        measures: ir_measures names.
+        out_path: Where to write the results JSON (e.g. ``benchmarks/results/baselines_scifact.json``); None: nowhere.
+        overwrite: Replace an existing `out_path`.
+        show_progress: tqdm bars on stderr.
+
+    Returns:
+        A ComparisonReport; ``results`` is ``{"dataset", "split", "systems": {name: {measure: value}},
+        "baseline", "p_values", "seconds": {name: {"build", "search"}}, "shared_seconds", "config"}``.
+
+    Raises:
+        ValueError: an unknown system name or k <= 0.
+        FileExistsError: `out_path` exists and not `overwrite`.
+        FileNotFoundError: a missing collection or split.
+    """
+    names = resolve_systems(systems)
+    check_k(k)
+    if out_path is not None and Path(out_path).exists() and not overwrite:
+        raise FileExistsError(f"{out_path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
+    ctx = SystemContext.load(data_dir, train_data_dir, split, backbone_dir=backbone, fast=fast, recipe=recipe,
+                             max_length=max_length, k=k, show_progress=show_progress)
+    runs: dict[str, Run] = {}
+    search_seconds: dict[str, float] = {}
+    built: dict[str, Retriever] = {}
+    for name in names:
+        built[name] = ctx.system(name)
+        start = time.perf_counter()
+        runs[name] = built[name].search(ctx.data.queries, k)
+        search_seconds[name] = time.perf_counter() - start
+        logger.info("%s: built in %.1f s, searched in %.1f s", name, ctx.build_seconds[name], search_seconds[name])
+    comparison = compare(runs, ctx.data.queries, ctx.data.qrels, measures, baseline=BASELINE, k=k)
+    results = results_json(ctx, comparison, names, split, search_seconds)
+    if out_path is not None:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        write_json(out_path, results)
+    return ComparisonReport(results, comparison, built)

@@ -1,0 +1,57 @@
+"""UHD systems: the quickstart recipe's trained head (binary and weighted), and the untrained centred head
+over raw or whitened backbone states (the pair that isolates whitening)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from uhdsearch.baselines.dense_systems import build_uhd_binary
+from uhdsearch.experiments.context import SystemContext
+from uhdsearch.experiments.registry import register
+from uhdsearch.experiments.systems.family import register_family
+from uhdsearch.training.presets import FAST
+from uhdsearch.training.recipe import Recipe, train_on_collection
+from uhdsearch.types import Retriever
+
+__all__ = ["uhd_model"]
+
+
+def uhd_model(ctx: SystemContext):
+    """The recipe's UHD model and its document encoding, trained once for both variants (and the hybrids).
+
+    The recipe is ``ctx.recipe``, else the quickstart's (fast) one with ``ctx.max_length``. Out of domain the
+    model trains (and centres) on the source collection, then encodes the evaluated one.
+    """
+
+    def make():
+        from uhdsearch.encoder.model import UHDEncoder
+
+        recipe = ctx.recipe or replace(Recipe(**FAST) if ctx.fast else Recipe(), document_max_length=ctx.max_length)
+        model = UHDEncoder(ctx.backbone, recipe.encoder)
+        layers = sorted(set(model.layers) | {ctx.backbone.n_layers})
+        train_states, states = ctx.source_states(layers), ctx.document_states(layers)
+        result, n_pairs = train_on_collection(model, ctx.train_documents, ctx.train_data, recipe, train_states,
+                                              show_progress=ctx.show_progress)
+        ctx.notes["uhd"] = {"recipe": recipe.to_json(),
+                            "training_pairs": n_pairs, "training_steps": result.steps,
+                            "best_dev_step": result.best_step}
+        encoded = model.encode_states(states, "document", show_progress=ctx.show_progress)
+        return model, encoded
+
+    return ctx.shared("uhd-model", make)
+
+
+def _uhd(ctx: SystemContext, variant: str) -> Retriever:
+    from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
+    from uhdsearch.search.searcher import Searcher
+
+    model, encoded = uhd_model(ctx)
+    klass = BinaryIndex if variant == "binary" else WeightedIndex
+    index = klass.from_encoding(encoded, [d.doc_id for d in ctx.documents], None, model.digest())
+    return Searcher(model, index, variant)
+
+
+register("uhd-binary", fits_on_source=True, trains_on_source=True)(lambda ctx: _uhd(ctx, "binary"))
+register("uhd-weighted", fits_on_source=True, trains_on_source=True)(lambda ctx: _uhd(ctx, "weighted"))
+# Untrained: the quickstart's dev early stopping keeps this head, so the pair isolates the effect of whitening.
+register_family("uhd-binary-untrained", build_uhd_binary, fits_on_source=True)
+register_family("uhd-binary+whiten", build_uhd_binary, fits_on_source=True, whiten=True)
