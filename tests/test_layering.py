@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +33,7 @@ TORCH_FREE = [
     "uhdsearch.types",
     "uhdsearch.sparse",
     *INDEX_MODULES,
-    "uhdsearch.search.topk",
+    "uhdsearch.topk",
     "uhdsearch.search.oracle",
     "uhdsearch.evaluation.datasets",
     "uhdsearch.evaluation.metrics",
@@ -134,3 +135,113 @@ def test_cli_keeps_heavy_imports_inside_commands() -> None:
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"app": True, "heavy": []}
+
+
+# --- The import graph of the package, read from the source (every import, lazy ones inside functions too) ---
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "uhdsearch"
+
+# Each module's layer; a module may import only modules of its own layer or below (README, "Architecture").
+# training/ has two tiers: pairs, losses and the loop sit below baselines (DE/ME train on its pairs); the recipe,
+# its presets and teachers sit above them (baselines teach and mine negatives).
+LAYERS: list[tuple[int, tuple[str, ...]]] = [
+    (0, ("uhdsearch", "uhdsearch._version", "uhdsearch._optional", "uhdsearch.errors", "uhdsearch.io",
+         "uhdsearch.types", "uhdsearch.topk", "uhdsearch.sparse")),
+    (1, ("uhdsearch.evaluation", "uhdsearch.encoder", "uhdsearch.index")),
+    (2, ("uhdsearch.search",)),
+    (3, ("uhdsearch.training.data", "uhdsearch.training.losses", "uhdsearch.training.negatives",
+         "uhdsearch.training.binary", "uhdsearch.training.trainer", "uhdsearch.training")),
+    (4, ("uhdsearch.baselines",)),
+    (5, ("uhdsearch.training.recipe", "uhdsearch.training.presets", "uhdsearch.training.teachers",
+         "uhdsearch.quickstart")),
+    (6, ("uhdsearch.experiments",)),
+    (7, ("uhdsearch.cli",)),
+]
+# Pairs within one layer that must not meet: the index never sees the encoder, evaluation sees only the base.
+FORBIDDEN = [("uhdsearch.index", "uhdsearch.encoder"), ("uhdsearch.encoder", "uhdsearch.index"),
+             ("uhdsearch.evaluation", "uhdsearch.encoder"), ("uhdsearch.evaluation", "uhdsearch.index")]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    import ast
+
+    graph: dict[str, set[str]] = {}
+    for path in SRC.rglob("*.py"):
+        targets = set()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
+                       for n in ast.walk(block)}  # annotations only: never imported at run time
+        for node in (n for n in ast.walk(tree) if id(n) not in typing_only):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("uhdsearch"):
+                targets.add(node.module)
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("uhdsearch")}
+        graph[_module_name(path)] = targets - {_module_name(path)}
+    return graph
+
+
+def _layer(module: str) -> int:
+    best = max((prefix for _, prefixes in LAYERS for prefix in prefixes
+                if module == prefix or module.startswith(prefix + ".")), key=len)
+    return next(layer for layer, prefixes in LAYERS if best in prefixes)
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def test_every_module_has_a_layer_and_imports_nothing_above_it() -> None:
+    graph = _import_graph()
+    assert len(graph) > 50  # the walk found the package
+    upward = sorted(f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+                    for a, targets in graph.items() for b in targets if _layer(b) > _layer(a))
+    assert upward == []
+    crossed = sorted(f"{a} imports {b}" for a, targets in graph.items() for b in targets
+                     for low, high in FORBIDDEN if _within(a, low) and _within(b, high))
+    assert crossed == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every back edge of a depth-first walk, as the cycle it closes."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                cycles.append(path[path.index(target):] + [target])
+            elif target in graph and target not in state:
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return cycles
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = _import_graph()
+    # A package's __init__ re-exporting its own modules is how a package shows its API, not a cycle of design.
+    graph = {a: {b for b in targets if not _within(b, a)} for a, targets in graph.items()}
+    assert _cycles(graph) == []
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]  # the walk can fail
+
+
+def test_the_layering_checks_can_fail() -> None:
+    assert _layer("uhdsearch.index.kernels.heap") == 1 < _layer("uhdsearch.search.searcher") == 2
+    assert _layer("uhdsearch.training.recipe") == 5 > _layer("uhdsearch.baselines.dense") == 4
+    assert _layer("uhdsearch.training.data") == 3
+
+
+def test_no_source_file_over_450_lines() -> None:
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450}
+    assert long == {}

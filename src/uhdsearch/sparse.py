@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.search.topk import tie_order
+from uhdsearch.topk import tie_order
 from uhdsearch.types import check_k
 
 

@@ -12,7 +12,7 @@ import uhdsearch.baselines.bm25
 from uhdsearch.baselines.bm25 import BM25Retriever
 from uhdsearch.evaluation.datasets import BeirData, load_beir
 from uhdsearch.evaluation.metrics import evaluate
-from uhdsearch.search.topk import top_k
+from uhdsearch.topk import top_k
 from uhdsearch.types import Document, Query, Run
 
 

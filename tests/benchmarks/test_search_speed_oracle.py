@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from synthetic import DensityProfile, SyntheticPostings
-from uhdsearch.search.topk import top_k
+from uhdsearch.topk import top_k
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "search_speed.py"
 

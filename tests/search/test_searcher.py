@@ -11,7 +11,7 @@ from uhdsearch.errors import DimensionMismatchError
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.search.oracle import brute_force_scores
 from uhdsearch.search.searcher import Searcher
-from uhdsearch.search.topk import top_k
+from uhdsearch.topk import top_k
 from uhdsearch.types import Query, Run, ScoredDoc
 
 

@@ -13,7 +13,7 @@ import bm25s
 import numpy as np
 from tqdm.auto import tqdm
 
-from uhdsearch.search.topk import top_k
+from uhdsearch.topk import top_k
 from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import torch
 
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates
-from uhdsearch.search.topk import tie_order
+from uhdsearch.topk import tie_order
 from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 
 logger = logging.getLogger(__name__)

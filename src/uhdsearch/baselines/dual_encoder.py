@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
-from uhdsearch.search.topk import top_k
+from uhdsearch.topk import top_k
 from uhdsearch.training.data import TrainingPair, remove_span, unique_document_batches
 from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 

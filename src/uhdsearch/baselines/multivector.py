@@ -17,7 +17,7 @@ from uhdsearch.baselines.dual_encoder import (
 )
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
-from uhdsearch.search.topk import top_k
+from uhdsearch.topk import top_k
 from uhdsearch.types import Document, Query, Run, ScoredDoc, as_queries, check_k, start_run
 
 logger = logging.getLogger(__name__)

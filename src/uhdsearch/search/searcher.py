@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from uhdsearch.errors import DimensionMismatchError
 from uhdsearch.index.base import Scoring, SearchableIndex, hits_per_query
-from uhdsearch.search.topk import tie_order
+from uhdsearch.topk import tie_order
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Query, Run, ScoredDoc, as_queries, check_k, start_run
 

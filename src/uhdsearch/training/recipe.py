@@ -27,7 +27,8 @@ from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
 from uhdsearch.training.negatives import hard_negatives_from_rankings
-from uhdsearch.training.trainer import Teacher, TrainingArgs, TrainingResult, train
+from uhdsearch.training.teachers import DenseTeacher
+from uhdsearch.training.trainer import TrainingArgs, TrainingResult, train
 from uhdsearch.types import Document, Qrels, Query
 
 logger = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ def train_on_collection(
     teacher = None
     if args.distill_weight > 0:
         dense = dense or DenseRetriever.build(documents, backbone=model.backbone, states=states, show_progress=False)
-        teacher = Teacher(query_vectors(dense, {p.query for p in pairs}), mean_pool(states, model.backbone.n_layers))
+        teacher = DenseTeacher(query_vectors(dense, {p.query for p in pairs}), mean_pool(states, model.backbone.n_layers))
     eval_fn = dev_evaluator(states if args.train_backbone_layers == 0 else None, documents, dev) \
         if dev and args.eval_every else None
     negatives = bm25_negatives(documents, pairs, recipe.hard_negative_depth) if recipe.hard_negative_depth > 0 \

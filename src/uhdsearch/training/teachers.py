@@ -13,22 +13,16 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from uhdsearch.io import load_npy
+from uhdsearch.training.trainer import TeacherScorer
 from uhdsearch.types import Document
 
 logger = logging.getLogger(__name__)
-
-
-class TeacherScorer(Protocol):
-    name: str
-
-    def scores(self, queries: Sequence[str], doc_rows: Sequence[int]) -> torch.Tensor: ...
 
 
 class DenseTeacher:
@@ -57,7 +51,6 @@ class DenseTeacher:
         return q @ self.document_vectors[list(doc_rows)].t()
 
 
-Teacher = DenseTeacher  # the name trainer.py and the quickstart have used
 
 
 class SumOfMaxTeacher:

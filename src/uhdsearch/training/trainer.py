@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import torch
@@ -24,14 +24,21 @@ from uhdsearch.training.binary import Estimator, annealed_tau, binary_relevance,
 from uhdsearch.training.data import TrainingPair, remove_span, unique_document_batches
 from uhdsearch.training.losses import (distillation, document_frequency_penalty, flops, hinge_in_batch, infonce,
                                        margin_mse)
-from uhdsearch.training.teachers import Teacher, TeacherScorer
 from uhdsearch.types import Document
 
-__all__ = ["Teacher", "TrainingArgs", "TrainingResult", "train"]  # Teacher: teachers.DenseTeacher, kept here too
+__all__ = ["TeacherScorer", "TrainingArgs", "TrainingResult", "train"]
 
 LossName = Literal["hinge", "infonce", "kl", "margin_mse"]
 
 logger = logging.getLogger(__name__)
+
+
+class TeacherScorer(Protocol):
+    """What the loop asks of a teacher (implementations: training/teachers.py): scores of texts x corpus rows."""
+
+    name: str
+
+    def scores(self, queries: Sequence[str], doc_rows: Sequence[int]) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
