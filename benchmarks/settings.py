@@ -66,7 +66,7 @@ def parse_args(parser: argparse.ArgumentParser, script: str,
         if action.dest in values and action.help is not argparse.SUPPRESS:
             shown = values[action.dest]
             shown = ",".join(map(str, shown)) if isinstance(shown, list) else shown
-            text = f"default: {shown} (from --config)".replace("%", "%%")
+            text = f"config: {shown}".replace("%", "%%")
             action.help = f"{action.help} ({text})" if action.help else text
     args = parser.parse_args(argv)
     return args, path, {key: getattr(args, key) for key in values}

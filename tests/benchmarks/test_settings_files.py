@@ -1,0 +1,83 @@
+"""Each benchmark's settings file (benchmarks/configs/<script>.toml) holds exactly the defaults the script had in
+code before, the command line still overrides single settings, and --help shows the file's values."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+import settings
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+# The former argparse defaults and in-code constants, verbatim (lists where a comma-separated string was parsed).
+FORMER = {
+    "isotropy": {"fit_docs": 2_000, "held_out": 1_000, "fit_tokens": 50_000, "flows": True},  # flows: not --no-flows
+}
+# One command-line override per script: (argv, setting, parsed value).
+OVERRIDE = {
+    "isotropy": (["--fit-docs", "1000", "--no-flows"], {"fit_docs": 1000, "flows": False}),
+}
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and numba look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module", params=sorted(FORMER))
+def script(request):
+    yield request.param, load(request.param)
+    sys.modules.pop(f"bench_{request.param}", None)
+
+
+def test_the_settings_file_holds_the_former_defaults(script):
+    name, module = script
+    args, path, values = settings.parse_args(module.build_parser(), name, [])
+    assert path == BENCHMARKS / "configs" / f"{name}.toml"
+    assert values == FORMER[name]
+    assert {key: type(value) for key, value in values.items()} == {key: type(v) for key, v in FORMER[name].items()}
+    assert all(getattr(args, key) == value for key, value in FORMER[name].items())
+    assert settings.record(path, values) == {"config_file": f"benchmarks/configs/{name}.toml", "settings": values}
+
+
+def test_the_command_line_overrides_single_settings(script):
+    name, module = script
+    argv, changed = OVERRIDE[name]
+    _, _, values = settings.parse_args(module.build_parser(), name, argv)
+    assert values == {**FORMER[name], **changed}
+
+
+def test_another_config_file_is_read_and_must_name_every_setting(script, tmp_path, capsys):
+    name, module = script
+    text = (BENCHMARKS / "configs" / f"{name}.toml").read_text()
+    (tmp_path / "same.toml").write_text(text)
+    _, path, values = settings.parse_args(module.build_parser(), name, ["--config", str(tmp_path / "same.toml")])
+    assert values == FORMER[name] and path == tmp_path / "same.toml"
+    assert settings.record(path, values)["config_file"] == str(tmp_path / "same.toml")
+    (tmp_path / "extra.toml").write_text(text + "\nnot_a_setting = 1\n")
+    with pytest.raises(SystemExit) as exit_:
+        settings.parse_args(module.build_parser(), name, ["--config", str(tmp_path / "extra.toml")])
+    assert exit_.value.code == 2
+    assert "unknown settings ['not_a_setting']" in capsys.readouterr().err
+
+
+def test_help_shows_the_file_values(script, capsys, monkeypatch):
+    name, module = script
+    monkeypatch.setenv("COLUMNS", "250")  # one line per option
+    with pytest.raises(SystemExit) as exit_:
+        settings.parse_args(module.build_parser(), name, ["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert f"(default: benchmarks/configs/{name}.toml)" in out
+    assert "(config: " in out
+
+
+def test_a_comma_list_option_has_the_shape_of_a_toml_array():
+    assert settings.comma_list(int)("1,2") == [1, 2]
+    assert settings.comma_list()("uhd,bm25s") == ["uhd", "bm25s"]
