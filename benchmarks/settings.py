@@ -63,6 +63,8 @@ def parse_args(parser: argparse.ArgumentParser, script: str,
         parser.error(f"{path}: missing settings {missing}, unknown settings {unknown}")
     parser.set_defaults(**values)
     for action in parser._actions:  # --help shows the file's value after each setting's help
+        if action.dest in values and action.choices is not None and values[action.dest] not in action.choices:
+            parser.error(f"{path}: {action.dest} = {values[action.dest]!r} is not one of {list(action.choices)}")
         if action.dest in values and action.help is not argparse.SUPPRESS:
             shown = values[action.dest]
             shown = ",".join(map(str, shown)) if isinstance(shown, list) else shown

@@ -15,10 +15,19 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 # The former argparse defaults and in-code constants, verbatim (lists where a comma-separated string was parsed).
 FORMER = {
     "isotropy": {"fit_docs": 2_000, "held_out": 1_000, "fit_tokens": 50_000, "flows": True},  # flows: not --no-flows
+    "end_to_end": {"n_docs": 100_000, "threads": 2, "query_k": "config", "n_queries": 200, "batch_size": 64,
+                   "runtime": "onnx"},
+    "encoding_speed": {"n_docs": 256, "doc_length": 256, "repeats": 3, "dims": [32_768, 81_920],  # "32768,81920"
+                       # in code: the dtypes looped over, EncoderConfig(wta_k=80, query_k=100), data.queries[:50],
+                       # and batches of 32 for the backbone and encode_document
+                       "dtypes": ["float32", "bfloat16"], "wta_k": 80, "query_k": 100, "n_queries": 50,
+                       "batch_size": 32},
 }
 # One command-line override per script: (argv, setting, parsed value).
 OVERRIDE = {
     "isotropy": (["--fit-docs", "1000", "--no-flows"], {"fit_docs": 1000, "flows": False}),
+    "end_to_end": (["--runtime", "torch", "--query-k", "100"], {"runtime": "torch", "query_k": "100"}),
+    "encoding_speed": (["--dims", "1024"], {"dims": [1024]}),
 }
 
 
@@ -34,6 +43,7 @@ def load(name: str):
 def script(request):
     yield request.param, load(request.param)
     sys.modules.pop(f"bench_{request.param}", None)
+    sys.modules.pop("search_speed", None)  # imported by some scripts; the other benchmark tests load their own
 
 
 def test_the_settings_file_holds_the_former_defaults(script):
@@ -65,6 +75,17 @@ def test_another_config_file_is_read_and_must_name_every_setting(script, tmp_pat
         settings.parse_args(module.build_parser(), name, ["--config", str(tmp_path / "extra.toml")])
     assert exit_.value.code == 2
     assert "unknown settings ['not_a_setting']" in capsys.readouterr().err
+
+
+def test_a_value_outside_an_options_choices_is_refused(tmp_path, capsys):
+    name, module = "end_to_end", load("end_to_end")  # its --runtime has choices
+    sys.modules.pop("bench_end_to_end")
+    sys.modules.pop("search_speed", None)
+    text = (BENCHMARKS / "configs" / "end_to_end.toml").read_text().replace('runtime = "onnx"', 'runtime = "tf"')
+    (tmp_path / "bad.toml").write_text(text)
+    with pytest.raises(SystemExit):
+        settings.parse_args(module.build_parser(), name, ["--config", str(tmp_path / "bad.toml")])
+    assert "runtime = 'tf' is not one of ['torch', 'onnx']" in capsys.readouterr().err
 
 
 def test_help_shows_the_file_values(script, capsys, monkeypatch):
