@@ -1,8 +1,8 @@
 """Benchmark settings from TOML files: each script's defaults live in benchmarks/configs/<script>.toml.
 
 A script declares its command-line options without defaults for the settings, then calls `parse_args`: the
-file named by --config (default: the script's own) gives every setting, the command line overrides single ones, and --help
-shows each setting's value from the file.
+file named by --config (default: the script's own) gives every setting, the command line overrides single ones,
+and --help shows each setting's value from the file.
 Keys without a command-line option are file-only settings; they still land on the returned namespace. The
 result JSON records `record(...)`: the file's path from the repository root and the effective settings.
 """

@@ -22,12 +22,37 @@ FORMER = {
                        # and batches of 32 for the backbone and encode_document
                        "dtypes": ["float32", "bfloat16"], "wta_k": 80, "query_k": 100, "n_queries": 50,
                        "batch_size": 32},
+    "kernels": {"n_docs": 100_000, "n_queries": 50, "biases": ["1", "4", "16", "inf"], "repeat": 3,
+                "threads": [1, 2],  # in code: `for threads in (1, 2)`
+                "weighted": False, "reference": False, "open": False},  # store_true switches
+    "seismic_splade": {"n_docs": 100_000, "batch_size": 64,
+                       "document_max_length": 128, "query_max_length": 32,  # in code: encoder.encode(max_length=)
+                       # in code: dict(search_speed.SEISMIC_BUILD, n_postings=3500) and search_speed.SEISMIC_SEARCH
+                       "seismic_build": {"centroid_fraction": 0.1, "summary_energy": 0.4, "doc_cut": 15,
+                                         "n_postings": 3500},
+                       "seismic_search": [{"query_cut": 20, "heap_factor": 0.7},
+                                          {"query_cut": 100, "heap_factor": 0.9},
+                                          {"query_cut": 400, "heap_factor": 1.0}]},
+    "search_speed": {"max_docs": 1_000_000, "sizes": [10_000, 100_000, 1_000_000],  # SIZES
+                     "methods": ["uhd", "scipy", "seismic", "bm25s"], "threads": [1, 2],
+                     "warm_up": True,  # not --no-warm-up
+                     "n_queries": 0,  # was None; both mean `args.n_queries or (300 up to 100k, 100 beyond)`
+                     "seed": 0, "raw_max_gb": 6.0, "seismic_timeout": 600.0, "seismic_mem_gb": 12.0,
+                     "seismic_n_postings": [100],
+                     "seismic_build": {"centroid_fraction": 0.1, "summary_energy": 0.4, "doc_cut": 15},  # SEISMIC_BUILD
+                     "seismic_search": [{"query_cut": 20, "heap_factor": 0.7},  # SEISMIC_SEARCH
+                                        {"query_cut": 100, "heap_factor": 0.9},
+                                        {"query_cut": 400, "heap_factor": 1.0}]},
 }
 # One command-line override per script: (argv, setting, parsed value).
 OVERRIDE = {
     "isotropy": (["--fit-docs", "1000", "--no-flows"], {"fit_docs": 1000, "flows": False}),
     "end_to_end": (["--runtime", "torch", "--query-k", "100"], {"runtime": "torch", "query_k": "100"}),
     "encoding_speed": (["--dims", "1024"], {"dims": [1024]}),
+    "kernels": (["--biases", "2,inf", "--weighted"], {"biases": ["2", "inf"], "weighted": True}),
+    "seismic_splade": (["--n-docs", "5000"], {"n_docs": 5000}),
+    "search_speed": (["--sizes", "100000", "--methods", "uhd,bm25s", "--no-warm-up", "--n-queries", "30"],
+                     {"sizes": [100_000], "methods": ["uhd", "bm25s"], "warm_up": False, "n_queries": 30}),
 }
 
 
