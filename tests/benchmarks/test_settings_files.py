@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,23 @@ FORMER = {
                      "seismic_search": [{"query_cut": 20, "heap_factor": 0.7},  # SEISMIC_SEARCH
                                         {"query_cut": 100, "heap_factor": 0.9},
                                         {"query_cut": 400, "heap_factor": 1.0}]},
+    "baselines": {"systems": "all", "fast": False},  # fast: a store_true switch
+    # in code: torch.set_num_threads(2), EncoderConfig(dim=32_768, wta_k=40, document_max_length=256), 10 % dev
+    # with random.Random(0), dev_evaluator's n_documents=1_000, ict_pairs(per_document=1), depth=30, skip=3,
+    # TrainingArgs(epochs=1.0, ...), the recipes dict as a TOML table (teacher_negatives: its second element)
+    "training_probe": {"threads": 2, "dim": 32_768, "wta_k": 40, "document_max_length": 256, "dev_fraction": 0.1,
+                       "dev_documents": 1_000, "seed": 0, "ict_per_document": 1, "teacher_depth": 30,
+                       "negatives_skip": 3, "epochs": 1.0, "max_steps": 150, "max_minutes": 4.0, "eval_every": 50,
+                       "recipes": {
+                           "hinge (Eq. 8, float)": {"teacher_negatives": False},
+                           "infonce binary-aware STE": {"teacher_negatives": False, "loss": "infonce",
+                                                        "binary_aware": True, "learning_rate": 1e-3},
+                           "kl dense teacher + mined negatives (float)": {"teacher_negatives": True, "loss": "kl",
+                                                                          "learning_rate": 1e-3},
+                           "kl dense teacher, STE, df density": {"teacher_negatives": True, "loss": "kl",
+                                                                 "binary_aware": True, "learning_rate": 1e-3,
+                                                                 "tau": 0.5, "density_weight": 1e-3,
+                                                                 "density": "df"}}},
 }
 # One command-line override per script: (argv, setting, parsed value).
 OVERRIDE = {
@@ -53,22 +71,28 @@ OVERRIDE = {
     "seismic_splade": (["--n-docs", "5000"], {"n_docs": 5000}),
     "search_speed": (["--sizes", "100000", "--methods", "uhd,bm25s", "--no-warm-up", "--n-queries", "30"],
                      {"sizes": [100_000], "methods": ["uhd", "bm25s"], "warm_up": False, "n_queries": 30}),
+    "baselines": (["--systems", "bm25,dense", "--fast"], {"systems": "bm25,dense", "fast": True}),
+    "training_probe": (["--max-steps", "10", "--max-minutes", "0.5"], {"max_steps": 10, "max_minutes": 0.5}),
 }
 
 
-def load(name: str):
+@contextmanager
+def loaded(name: str):
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses and numba look their module up there
-    spec.loader.exec_module(module)
-    return module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+        sys.modules.pop("search_speed", None)  # imported by some scripts; the other benchmark tests load their own
 
 
 @pytest.fixture(scope="module", params=sorted(FORMER))
 def script(request):
-    yield request.param, load(request.param)
-    sys.modules.pop(f"bench_{request.param}", None)
-    sys.modules.pop("search_speed", None)  # imported by some scripts; the other benchmark tests load their own
+    with loaded(request.param) as module:
+        yield request.param, module
 
 
 def test_the_settings_file_holds_the_former_defaults(script):
@@ -95,7 +119,7 @@ def test_another_config_file_is_read_and_must_name_every_setting(script, tmp_pat
     _, path, values = settings.parse_args(module.build_parser(), name, ["--config", str(tmp_path / "same.toml")])
     assert values == FORMER[name] and path == tmp_path / "same.toml"
     assert settings.record(path, values)["config_file"] == str(tmp_path / "same.toml")
-    (tmp_path / "extra.toml").write_text(text + "\nnot_a_setting = 1\n")
+    (tmp_path / "extra.toml").write_text("not_a_setting = 1\n" + text)  # before any [table]
     with pytest.raises(SystemExit) as exit_:
         settings.parse_args(module.build_parser(), name, ["--config", str(tmp_path / "extra.toml")])
     assert exit_.value.code == 2
@@ -103,13 +127,10 @@ def test_another_config_file_is_read_and_must_name_every_setting(script, tmp_pat
 
 
 def test_a_value_outside_an_options_choices_is_refused(tmp_path, capsys):
-    name, module = "end_to_end", load("end_to_end")  # its --runtime has choices
-    sys.modules.pop("bench_end_to_end")
-    sys.modules.pop("search_speed", None)
     text = (BENCHMARKS / "configs" / "end_to_end.toml").read_text().replace('runtime = "onnx"', 'runtime = "tf"')
     (tmp_path / "bad.toml").write_text(text)
-    with pytest.raises(SystemExit):
-        settings.parse_args(module.build_parser(), name, ["--config", str(tmp_path / "bad.toml")])
+    with loaded("end_to_end") as module, pytest.raises(SystemExit):  # its --runtime has choices
+        settings.parse_args(module.build_parser(), "end_to_end", ["--config", str(tmp_path / "bad.toml")])
     assert "runtime = 'tf' is not one of ['torch', 'onnx']" in capsys.readouterr().err
 
 
@@ -121,9 +142,38 @@ def test_help_shows_the_file_values(script, capsys, monkeypatch):
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert f"(default: benchmarks/configs/{name}.toml)" in out
-    assert "(config: " in out
+    assert "config: " in out
 
 
 def test_a_comma_list_option_has_the_shape_of_a_toml_array():
     assert settings.comma_list(int)("1,2") == [1, 2]
     assert settings.comma_list()("uhd,bm25s") == ["uhd", "bm25s"]
+
+
+def test_training_probe_recipes_are_the_former_in_code_ones():
+    with loaded("training_probe") as module:
+        _, _, values = settings.parse_args(module.build_parser(), "training_probe", [])
+        recipes = module.recipes_of(values["recipes"])
+    former = {
+        "hinge (Eq. 8, float)": (dict(), False),
+        "infonce binary-aware STE": (dict(loss="infonce", binary_aware=True, learning_rate=1e-3), False),
+        "kl dense teacher + mined negatives (float)": (dict(loss="kl", learning_rate=1e-3), True),
+        "kl dense teacher, STE, df density": (dict(loss="kl", binary_aware=True, learning_rate=1e-3, tau=0.5,
+                                                   density_weight=1e-3, density="df"), True),
+    }
+    assert recipes == former
+    assert [list(options) for options, _ in recipes.values()] == [list(o) for o, _ in former.values()]  # JSON order
+
+
+def test_a_merged_baselines_file_keeps_its_first_settings_or_takes_the_reruns():
+    def run(systems, **extra):
+        return {"dataset": "scifact", "split": "test", "baseline": "bm25", "n_queries": 300,
+                "systems": {s: {"nDCG@10": 0.5} for s in systems}, "config": {"fast": False}, **extra}
+
+    first = {"config_file": "benchmarks/configs/baselines.toml", "settings": {"systems": "all", "fast": False}}
+    rerun = {"config_file": "benchmarks/configs/baselines.toml", "settings": {"systems": "dense", "fast": False}}
+    with loaded("baselines") as module:
+        merged = module.merge_results(run(["bm25", "dense"], **first), run(["dense"], **rerun))
+        assert merged["settings"] == first["settings"] and merged["config"]["rerun"] == [["dense"]]
+        merged = module.merge_results(run(["bm25", "dense"]), run(["dense"], **rerun))
+    assert merged["settings"] == rerun["settings"]
