@@ -13,13 +13,13 @@ import argparse
 import copy
 import json
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from settings import default_config, read_config, relative
 
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.model import UHDEncoder
@@ -31,7 +31,7 @@ from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.presets import preset
 from uhdsearch.training.recipe import Recipe, load_train_split, train_on_collection
 
-CONFIG = Path(__file__).parent / "configs" / "ablations.toml"
+CONFIG = default_config("ablations")
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,7 @@ class Ablations:
 
 def load_config(path: Path) -> Ablations:
     """Read an ablations TOML file (see configs/ablations.toml)."""
-    with open(path, "rb") as f:
-        raw = tomllib.load(f)
+    raw = read_config(path)
     variants = {}
     for name, settings in raw["variants"].items():
         settings = dict(settings)
@@ -134,18 +133,9 @@ def main() -> None:
     out = Path(__file__).parent / "results" / f"ablations_{data.name}.json"
     previous = json.loads(out.read_text())["rows"] if out.is_file() else []
     rows = [r for r in previous if r["variant"] not in set(names)] + rows  # runs of other variants are kept
-    out.write_text(json.dumps({"dataset": data.name, "split": "test", "config": _relative(args.config), "rows": rows,
+    out.write_text(json.dumps({"dataset": data.name, "split": "test", "config": relative(args.config), "rows": rows,
                                "minutes_last_run": round((time.time() - start) / 60, 1)}, indent=1) + "\n")
     print(f"wrote {out}")
-
-
-def _relative(path: Path) -> str:
-    """The config's path from the repository root where it lies inside it (as results files name it)."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        return str(path.resolve().relative_to(root))
-    except ValueError:
-        return str(path)
 
 
 if __name__ == "__main__":

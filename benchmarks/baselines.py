@@ -10,6 +10,8 @@ Writes benchmarks/results/baselines_<dataset>.json (see uhdsearch.experiments.ru
         (out of domain: everything trained and fit on SciFact; writes results/baselines_cisi_from_scifact.json)
     .venv/bin/python benchmarks/baselines.py --systems sum-of-max+nice,dense+nice --merge
         (rerun some systems; their rows replace those in the existing file, the other rows are kept)
+
+Settings (systems, fast) come from benchmarks/configs/baselines.toml (--config); options override single ones.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import logging
 import sys
 from pathlib import Path
 
+from settings import parse_args, record
+
 from uhdsearch.evaluation.datasets import bundled_dataset_dir
 from uhdsearch.experiments import run_comparison
 from uhdsearch.io import write_json
@@ -26,17 +30,21 @@ from uhdsearch.io import write_json
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=None, help="BEIR collection (default: bundled SciFact)")
     parser.add_argument("--train-data", type=Path, default=None, help="out-of-domain training collection")
-    parser.add_argument("--systems", default="all", help="comma-separated names or 'all'")
-    parser.add_argument("--fast", action="store_true", help="the quickstart's fast UHD recipe")
+    parser.add_argument("--systems", help="comma-separated names or 'all'")
+    parser.add_argument("--fast", action=argparse.BooleanOptionalAction, help="the quickstart's fast UHD recipe")
     parser.add_argument("--backbone", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="default: results/baselines_<dataset>.json")
     parser.add_argument("--merge", action="store_true",
                         help="replace only the rerun systems' rows in an existing --out file, keep the others")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args, config, settings = parse_args(build_parser(), "baselines")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     data = args.data or bundled_dataset_dir("scifact")
     suffix = f"_from_{args.train_data.name}" if args.train_data else ""
@@ -45,14 +53,17 @@ def main() -> None:
     if old is not None and old["dataset"] != data.name:
         raise SystemExit(f"cannot merge: {out} is about {old['dataset']!r}, not {data.name!r}")
     report = run_comparison(data, args.systems, train_data_dir=args.train_data, fast=args.fast,
-                            backbone=args.backbone, out_path=None if args.merge else out, overwrite=True)
+                            backbone=args.backbone)
+    results = {**report.results, **record(config, settings)}
     print(report.format_table())
-    if args.merge:
+    if not args.merge:
+        write_json(out, results)
+    else:
         try:
-            write_json(out, report.results if old is None else merge_results(old, report.results))
+            write_json(out, results if old is None else merge_results(old, results))
         except SystemExit:
             side = out.with_suffix(".rerun.json")
-            write_json(side, report.results)  # the rerun is not lost
+            write_json(side, results)  # the rerun is not lost
             print(f"kept this run in {side}", file=sys.stderr)
             raise
     print(f"wrote {out}")
@@ -86,6 +97,9 @@ def merge_results(old: dict, new: dict) -> dict:
             else value
     config["rerun"] = config.get("rerun", []) + [sorted(new["systems"])]
     merged["config"] = config
+    for key in ("config_file", "settings"):  # the first run's; files written before settings files take the rerun's
+        if key in new:
+            merged.setdefault(key, new[key])
     return merged
 
 

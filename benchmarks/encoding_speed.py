@@ -6,7 +6,8 @@ median latency of encoding one query, with the backbone in PyTorch and through O
 
     .venv/bin/python benchmarks/encoding_speed.py [--n-docs 256] [--doc-length 256]
 
-Prints a table and writes benchmarks/results/encoding_speed.json.
+Prints a table and writes benchmarks/results/encoding_speed.json. Settings come from
+benchmarks/configs/encoding_speed.toml (--config); options override single ones.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from settings import comma_list, parse_args, record
 
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.config import EncoderConfig
@@ -38,36 +41,41 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-docs", type=int, default=256)
-    parser.add_argument("--doc-length", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dims", default="32768,81920")
-    args = parser.parse_args()
+    parser.add_argument("--n-docs", type=int, help="SciFact documents encoded per timing")
+    parser.add_argument("--doc-length", type=int, help="document token limit")
+    parser.add_argument("--repeats", type=int, help="timings per setting; the median counts")
+    parser.add_argument("--dims", type=comma_list(int), help="comma-separated")
+    return parser
+
+
+def main() -> None:
+    args, config, settings = parse_args(build_parser(), "encoding_speed")
     torch.manual_seed(0)
     data = load_beir(bundled_dataset_dir("scifact"), split="test")
     texts = [d.full_text for d in list(data.corpus.values())[: args.n_docs]]
-    queries = [q.text for q in data.queries[:50]]
+    queries = [q.text for q in data.queries[: args.n_queries]]
     backbone = Backbone.from_pretrained(None)
     backbone.eval()
 
     def backbone_only() -> None:
         with torch.inference_mode():
-            for start in range(0, len(texts), 32):
-                batch = backbone.tokenize(texts[start : start + 32], args.doc_length)
+            for start in range(0, len(texts), args.batch_size):
+                batch = backbone.tokenize(texts[start : start + args.batch_size], args.doc_length)
                 backbone(batch["input_ids"], batch["attention_mask"], [backbone.n_layers])
 
     backbone_s = timed(backbone_only, args.repeats)
     rows = [{"setting": "backbone only", "docs_per_s": len(texts) / backbone_s, "wta_share": 0.0,
              "query_ms_p50": None}]
-    for dim in [int(d) for d in args.dims.split(",")]:
-        for dtype in ("float32", "bfloat16"):
-            config = EncoderConfig(dim=dim, wta_k=80, query_k=100, document_max_length=args.doc_length,
-                                   wta_dtype=dtype)
-            encoder = UHDEncoder(backbone, config)
+    for dim in args.dims:
+        for dtype in args.dtypes:
+            encoder_config = EncoderConfig(dim=dim, wta_k=args.wta_k, query_k=args.query_k,
+                                           document_max_length=args.doc_length, wta_dtype=dtype)
+            encoder = UHDEncoder(backbone, encoder_config)
             encoder.eval()
-            seconds = timed(lambda: encoder.encode_document(texts, batch_size=32, show_progress=False), args.repeats)
+            seconds = timed(lambda: encoder.encode_document(texts, batch_size=args.batch_size, show_progress=False),
+                            args.repeats)
             query_ms = [1000 * timed(lambda q=q: encoder.encode_query([q]), 1) for q in queries]
             encoder.use_onnx_runtime()
             onnx_ms = [1000 * timed(lambda q=q: encoder.encode_query([q]), 1) for q in queries]
@@ -83,7 +91,7 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"n_docs": len(texts), "doc_length": args.doc_length,
                                    "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
-                                   "rows": rows}, indent=2) + "\n")
+                                   **record(config, settings), "rows": rows}, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 
 

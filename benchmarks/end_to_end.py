@@ -8,7 +8,7 @@ Set-up once: `bash benchmarks/setup_search_speed.sh` (the dictionaries).
     .venv/bin/python benchmarks/end_to_end.py [--n-docs 100000] [--model out/quickstart/model] [--threads 2]
 
 Prints a table and writes benchmarks/results/end_to_end.json (end_to_end_torch.json with --runtime torch). Encoded
-indexes are cached under --work-dir.
+indexes are cached under --work-dir. Settings come from benchmarks/configs/end_to_end.toml (--config).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_speed import dictionary_texts  # noqa: E402
+from settings import parse_args, record  # noqa: E402
 
 from uhdsearch.encoder.model import UHDEncoder  # noqa: E402
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir  # noqa: E402
@@ -49,18 +50,23 @@ def build_index(model: UHDEncoder, n_docs: int, work_dir: Path, batch_size: int)
     return index, docs_per_s, texts
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-docs", type=int, default=100_000)
-    parser.add_argument("--model", default="out/quickstart/model")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--query-k", default="config", help="an int, 'none' or 'config' (the model's own)")
-    parser.add_argument("--n-queries", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--work-dir", default="out/end_to_end")
-    parser.add_argument("--runtime", choices=("torch", "onnx"), default="onnx",
+    parser.add_argument("--n-docs", type=int, help="dictionary definitions encoded and indexed")
+    parser.add_argument("--model", default="out/quickstart/model", help="(default: %(default)s)")
+    parser.add_argument("--threads", type=int, help="torch, ONNX Runtime and the search kernel")
+    parser.add_argument("--query-k", help="an int, 'none' or 'config' (the model's own)")
+    parser.add_argument("--n-queries", type=int, help="SciFact test queries timed")
+    parser.add_argument("--batch-size", type=int, help="document encoding batch")
+    parser.add_argument("--work-dir", default="out/end_to_end", help="encoded indexes are cached here "
+                        "(default: %(default)s)")
+    parser.add_argument("--runtime", choices=("torch", "onnx"),
                         help="the query-side backbone: PyTorch eager or ONNX Runtime (UHDEncoder.use_onnx_runtime)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args, config, settings = parse_args(build_parser(), "end_to_end")
     torch.set_num_threads(args.threads)
     model = UHDEncoder.from_pretrained(args.model)
     # encode_query's None is the model's own query_k; keeping dim dims keeps every active one
@@ -104,7 +110,7 @@ def main() -> None:
         "docs_per_s_encoding": docs_per_s, "index_bytes_per_doc": index.bytes_per_document(),
         "postings_per_doc": index.n_postings() / index.n_documents, "query_active_dims_p50": float(np.median(active)),
         "uhd_encode": percentiles(encode_ms), "uhd_search": percentiles(search_ms), "uhd_total": percentiles(total_ms),
-        "bm25s_total": percentiles(bm25_ms),
+        "bm25s_total": percentiles(bm25_ms), **record(config, settings),
     }
     print(f"{args.n_docs:,} real-text documents, {args.threads} threads, encoding {docs_per_s:.0f} docs/s, "
           f"{result['postings_per_doc']:.0f} postings/doc, {result['index_bytes_per_doc']:.0f} bytes/doc")

@@ -8,12 +8,16 @@ benchmarks/results/isotropy_<dataset>.json.
 
     .venv/bin/python benchmarks/isotropy.py                                 # SciFact: fit 2,000, held out 1,000
     .venv/bin/python benchmarks/isotropy.py --data ../shared/data/cisi --fit-docs 1000 --held-out 460
+
+Settings (sizes, flows) come from benchmarks/configs/isotropy.toml (--config); options override single ones.
 """
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
+
+from settings import parse_args, record
 
 from uhdsearch.baselines.isotropy import isotropy_report
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
@@ -26,19 +30,24 @@ def show(row: dict, key: str, spec: str) -> str:
     return format(row[key], spec) if key in row else "-"
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=None, help="BEIR collection (default: bundled SciFact)")
-    parser.add_argument("--fit-docs", type=int, default=2_000, help="fit on the first N documents")
-    parser.add_argument("--held-out", type=int, default=1_000, help="then measure on the next N too")
-    parser.add_argument("--fit-tokens", type=int, default=50_000, help="token sample for the token-wise fits")
-    parser.add_argument("--no-flows", action="store_true", help="whitening only (seconds instead of minutes)")
-    args = parser.parse_args()
+    parser.add_argument("--fit-docs", type=int, help="fit on the first N documents")
+    parser.add_argument("--held-out", type=int, help="then measure on the next N too")
+    parser.add_argument("--fit-tokens", type=int, help="token sample for the token-wise fits")
+    parser.add_argument("--flows", action=argparse.BooleanOptionalAction,
+                        help="NICE and Glow too (--no-flows: whitening only, seconds instead of minutes)")
+    return parser
+
+
+def main() -> None:
+    args, config, settings = parse_args(build_parser(), "isotropy")
     data = load_beir(args.data or bundled_dataset_dir("scifact"), "test")
     documents = list(data.corpus.values())
     fit, held_out = documents[: args.fit_docs], documents[args.fit_docs: args.fit_docs + args.held_out]
     start = time.time()
-    report = isotropy_report(fit, held_out=[d.full_text for d in held_out], flows=not args.no_flows,
+    report = isotropy_report(fit, held_out=[d.full_text for d in held_out], flows=args.flows,
                              fit_tokens=args.fit_tokens, show_progress=True)
     first = next(iter(report.values()))
     print(f"\n{data.name}: fit on {len(fit):,} documents; measured on {first['texts measured']:,} of them and on "
@@ -51,7 +60,8 @@ def main() -> None:
               f"{row['seconds']:7.1f}")
     out = RESULTS / f"isotropy_{data.name}.json"
     write_json(out, {"dataset": data.name, "fit_documents": len(fit), "held_out_documents": len(held_out),
-                     "fit_tokens": args.fit_tokens, "rows": report, "minutes": round((time.time() - start) / 60, 1)})
+                     "fit_tokens": args.fit_tokens, **record(config, settings), "rows": report,
+                     "minutes": round((time.time() - start) / 60, 1)})
     print(f"wrote {out}")
 
 

@@ -3,8 +3,9 @@
 Dimension frequencies and queries come from the quickstart model on SciFact
 (benchmarks/results/uhd_density_scifact.npz: df of all 32,768 dims over 5,183 documents, 300 real queries with
 ~640 active dims each). Each dim d is active in a document with probability df_d / 5,183, independently.
-Prints ms/query (p50 over queries of each query's fastest of --repeat runs, one query at a time) for several bitmap/packed-list splits, on 1 and 2 threads,
-batch throughput, index bytes per posting, and the floor = touched postings x 4 bytes / copy bandwidth.
+Prints ms/query (p50 over queries of each query's fastest of --repeat runs, one query at a time) for several
+bitmap/packed-list splits, on 1 and 2 threads, batch throughput, index bytes per posting, and the floor = touched
+postings x 4 bytes / copy bandwidth. Settings come from benchmarks/configs/kernels.toml (--config).
 
     .venv/bin/python benchmarks/kernels.py --n-docs 100000
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 import numba
 import numpy as np
 import scipy.sparse as sp
+from settings import comma_list, parse_args, relative
 
 from uhdsearch.index.codec import compress
 from uhdsearch.index.inverted import BinaryIndex, Postings, WeightedIndex, _read_only
@@ -107,16 +109,25 @@ def time_open(indptr, docs, n_docs, dim, queries, step=2048) -> None:
                   f" [{disk / 1e6:.0f} MB on disk, written in {write_s:.1f} s]")
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-docs", type=int, default=100_000)
-    parser.add_argument("--n-queries", type=int, default=50)
-    parser.add_argument("--biases", default="1,4,16,inf", help="bitmap_bias values to compare")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per query; its fastest counts (shared machines)")
-    parser.add_argument("--weighted", action="store_true", help="also time weighted scoring (more memory)")
-    parser.add_argument("--reference", action="store_true", help="also time the numpy bincount kernel")
-    parser.add_argument("--open", action="store_true", help="also write the index with IndexWriter and time opening it")
-    args = parser.parse_args()
+    parser.add_argument("--n-docs", type=int)
+    parser.add_argument("--n-queries", type=int)
+    parser.add_argument("--biases", type=comma_list(), help="bitmap_bias values to compare")
+    parser.add_argument("--repeat", type=int, help="runs per query; its fastest counts (shared machines)")
+    parser.add_argument("--threads", type=comma_list(int), help="search threads timed")
+    parser.add_argument("--weighted", action=argparse.BooleanOptionalAction,
+                        help="also time weighted scoring (more memory)")
+    parser.add_argument("--reference", action=argparse.BooleanOptionalAction,
+                        help="also time the numpy bincount kernel")
+    parser.add_argument("--open", action=argparse.BooleanOptionalAction,
+                        help="also write the index with IndexWriter and time opening it")
+    return parser
+
+
+def main() -> None:
+    args, config, settings = parse_args(build_parser(), "kernels")
+    print(f"settings from {relative(config)}: {settings}")
 
     z = np.load(DENSITY, allow_pickle=False)
     df, n_ref = z["doc_frequency"].astype(np.float64), int(z["n_documents"])
@@ -139,7 +150,7 @@ def main() -> None:
     weights = np.random.default_rng(0).uniform(0.01, 1, n_postings).astype(np.float32) if args.weighted else None
 
     rows = []
-    for bias_text in args.biases.split(","):
+    for bias_text in args.biases:
         bias = float(bias_text)
         t = time.perf_counter()
         bucket = compress(indptr, docs, weights, args.n_docs, bias if np.isfinite(bias) else 1e30)
@@ -151,7 +162,7 @@ def main() -> None:
         index.search_encoded(queries[:2], 10, [1.0], "binary", n_threads=2)  # compile / warm
         scorings = ["binary"] + (["weighted"] if args.weighted else [])
         for scoring in scorings:
-            for threads in (1, 2):
+            for threads in args.threads:
                 times = [min(timed(lambda i=i: index.search_encoded(queries[i:i + 1], 10, [1.0], scoring,
                                                                       n_threads=threads), args.repeat))
                          for i in range(n_q)]

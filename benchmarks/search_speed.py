@@ -10,7 +10,8 @@ Set-up once: `bash benchmarks/setup_search_speed.sh`.
     .venv/bin/python benchmarks/search_speed.py --recompute-stats --model out/quickstart/model
 
 Prints a table and writes benchmarks/results/search_speed.json (one row per method, size and thread count).
-Generated indexes are cached under --work-dir, keyed by size, seed and the density statistics.
+Generated indexes are cached under --work-dir, keyed by size, seed and the density statistics. Settings (sizes,
+methods, threads, Seismic's parameters) come from benchmarks/configs/search_speed.toml (--config).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import scipy.sparse as sp
 from uhdsearch.sparse import SparseEncoding
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from settings import comma_list, parse_args, record  # noqa: E402
 from synthetic import DensityProfile, SyntheticPostings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +42,6 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 STATS_JSON = RESULTS_DIR / "uhd_density_scifact.json"
 STATS_NPZ = RESULTS_DIR / "uhd_density_scifact.npz"
 OUT_JSON = RESULTS_DIR / "search_speed.json"
-SIZES = (10_000, 100_000, 1_000_000)
 K = 10
 QUANTILES = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
 
@@ -428,21 +429,12 @@ def bench_scipy(directory: Path, queries: SparseEncoding, n_docs: int, floor: fl
     return rows
 
 
-# Seismic's build time is dominated by block summaries, whose cost grows with the postings kept (at most
-# n_postings per dimension, so 32,768 x n_postings) times the active dims of each document in a block (~3,800
-# here against ~120 for SPLADE on MS MARCO). Measured on 2 cores: 500 documents with n_postings 1000 took 200 s,
-# and its defaults (3500) did not finish 10k documents in 300 s. So the default keeps 100 postings per dimension;
-# the other parameters are its defaults. Search parameters are swept on each build.
-SEISMIC_BUILD = {"centroid_fraction": 0.1, "summary_energy": 0.4, "doc_cut": 15}
-SEISMIC_SEARCH = ({"query_cut": 20, "heap_factor": 0.7}, {"query_cut": 100, "heap_factor": 0.9},
-                  {"query_cut": 400, "heap_factor": 1.0})
-
-
 def bench_seismic(directory: Path, queries: SparseEncoding, n_docs: int, floor: float, timeout_s: float,
-                  mem_gb: float, n_postings: list[int],
+                  mem_gb: float, n_postings: list[int], build: dict, search: list[dict],
                   scoring_note: str = "weighted vectors (dot product)") -> list[dict]:
     """Seismic (pyseismic-lsr SeismicIndexRawLV: u32 dimension ids) on the weighted vectors, built in a
-    subprocess capped in time and address space; approximate, so recall is measured against the oracle."""
+    subprocess capped in time and address space, once per n_postings with the other `build` parameters and
+    searched with each of `search`; approximate, so recall is measured against the oracle."""
     try:
         import seismic  # noqa: F401
     except ImportError:
@@ -459,12 +451,12 @@ def bench_seismic(directory: Path, queries: SparseEncoding, n_docs: int, floor: 
     np.savez(directory / "seismic_queries.npz", indptr=q.indptr, dims=q.indices, values=q.data,
              n_oracle=top.shape[0])
     rows = []
-    for config in [dict(SEISMIC_BUILD, n_postings=n) for n in n_postings]:
+    for config in [dict(build, n_postings=n) for n in n_postings]:
         result_path = directory / "seismic_result.json"
         result_path.unlink(missing_ok=True)
         Path(str(result_path) + ".progress").unlink(missing_ok=True)
         job = {"docs": str(docs_bin), "queries": str(directory / "seismic_queries.npz"), "out": str(result_path),
-               "build": config, "search": list(SEISMIC_SEARCH), "mem_gb": mem_gb}
+               "build": config, "search": list(search), "mem_gb": mem_gb}
         t0 = time.perf_counter()
         try:
             proc = subprocess.run([sys.executable, __file__, "--seismic-worker", json.dumps(job)], capture_output=True,
@@ -661,41 +653,48 @@ def ratios(rows: list[dict]) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-docs", type=int, default=1_000_000)
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated N (capped by --max-docs)")
-    parser.add_argument("--methods", default="uhd,scipy,seismic,bm25s")
-    parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--no-warm-up", action="store_true",
-                        help="time uhd on a cold memory-mapped index (no InvertedIndex.warm_up after opening)")
-    parser.add_argument("--n-queries", type=int, default=None,
-                        help="real queries timed per size (default: all 300 up to 100k documents, 100 beyond)")
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "out" / "search_speed")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--raw-max-gb", type=float, default=6.0, help="keep raw vectors (scipy, Seismic) up to this")
-    parser.add_argument("--seismic-timeout", type=float, default=600.0, help="seconds per Seismic build+search")
-    parser.add_argument("--seismic-n-postings", default="100",
+    parser.add_argument("--max-docs", type=int, help="caps --sizes")
+    parser.add_argument("--sizes", type=comma_list(int), help="comma-separated N (capped by --max-docs)")
+    parser.add_argument("--methods", type=comma_list(), help="comma-separated")
+    parser.add_argument("--threads", type=comma_list(int), help="comma-separated; uhd's search threads")
+    parser.add_argument("--warm-up", action=argparse.BooleanOptionalAction,
+                        help="--no-warm-up: time uhd on a cold memory-mapped index (no InvertedIndex.warm_up)")
+    parser.add_argument("--n-queries", type=int,
+                        help="real queries timed per size; 0: all 300 up to 100k documents, 100 beyond")
+    parser.add_argument("--work-dir", type=Path, default=ROOT / "out" / "search_speed",
+                        help="(default: out/search_speed)")
+    parser.add_argument("--seed", type=int, help="of the synthetic postings and the bm25s texts")
+    parser.add_argument("--raw-max-gb", type=float, help="keep raw vectors (scipy, Seismic) up to this")
+    parser.add_argument("--seismic-timeout", type=float, help="seconds per Seismic build+search")
+    parser.add_argument("--seismic-n-postings", type=comma_list(int),
                         help="comma-separated Seismic builds: postings kept per dimension (its default is 3500)")
-    parser.add_argument("--seismic-mem-gb", type=float, default=12.0, help="address-space cap of the Seismic process")
+    parser.add_argument("--seismic-mem-gb", type=float, help="address-space cap of the Seismic process")
     parser.add_argument("--recompute-stats", action="store_true", help="encode SciFact with --model again")
-    parser.add_argument("--model", type=Path, default=ROOT / "out" / "quickstart" / "model")
+    parser.add_argument("--model", type=Path, default=ROOT / "out" / "quickstart" / "model",
+                        help="(default: out/quickstart/model)")
     parser.add_argument("--stats-index", type=Path, default=None,
                         help="with --recompute-stats: read document vectors from this weighted index of the same model")
-    parser.add_argument("--out", type=Path, default=OUT_JSON)
+    parser.add_argument("--out", type=Path, default=OUT_JSON, help="(default: results/search_speed.json)")
     parser.add_argument("--seismic-worker", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args, config, settings = parse_args(parser, "search_speed", argv)
     if args.seismic_worker:
         return seismic_worker(json.loads(args.seismic_worker))
 
     if args.recompute_stats or not STATS_NPZ.is_file():
         compute_stats(args.model, args.stats_index, batch_size=32)
     profile, queries, stats_digest = load_stats()
-    sizes = [n for n in map(int, args.sizes.split(",")) if n <= args.max_docs]
+    sizes = [n for n in args.sizes if n <= args.max_docs]
     if any(n < 100 for n in sizes):
-        parser.error(f"--sizes {args.sizes}: every size must be at least 100 documents")
-    methods = set(args.methods.split(","))
-    threads = [int(t) for t in args.threads.split(",")]
+        parser.error(f"sizes {args.sizes}: every size must be at least 100 documents")
+    methods = set(args.methods)
+    threads = args.threads
     bandwidth = copy_bandwidth_gb_s()
     log(f"copy bandwidth {bandwidth:.1f} GB/s; {queries.n} real queries, mean {queries.active_per_row().mean():.0f} "
         f"active dims; sizes {sizes}")
@@ -711,7 +710,7 @@ def main(argv: list[str] | None = None) -> None:
         floor = float(np.median(touched * 4 / (bandwidth * 1e9) * 1e3))
         timed = queries[:n_q]
         if "uhd" in methods:
-            rows += bench_uhd(directory, timed, n, threads, floor, warm_up=not args.no_warm_up)
+            rows += bench_uhd(directory, timed, n, threads, floor, warm_up=args.warm_up)
         if "scipy" in methods:
             rows += bench_scipy(directory, timed, n, floor, args.raw_max_gb * 1e9)
         failed = [r for r in rows if r["method"] == "seismic" and r["p50_ms"] is None]
@@ -720,7 +719,7 @@ def main(argv: list[str] | None = None) -> None:
                             note=f"skipped: every build failed at N={failed[-1]['n_docs']:,}"))
         elif "seismic" in methods:
             rows += bench_seismic(directory, timed, n, floor, args.seismic_timeout, args.seismic_mem_gb,
-                                  [int(x) for x in args.seismic_n_postings.split(",")])
+                                  args.seismic_n_postings, args.seismic_build, args.seismic_search)
         if "bm25s" in methods:
             rows += bench_bm25s(n, n_q, args.seed)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB; grows across sizes
@@ -735,7 +734,7 @@ def main(argv: list[str] | None = None) -> None:
     for line in ratios(rows):
         print(line)
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "copy_bandwidth_gb_s": round(bandwidth, 2),
-               "stats": STATS_JSON.name, "command": " ".join(sys.argv)}
+               "stats": STATS_JSON.name, "command": " ".join(sys.argv), **record(config, settings)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps([dict(r, machine=machine) for r in rows], indent=1) + "\n", encoding="utf-8")
     log(f"wrote {args.out}")

@@ -8,7 +8,8 @@ Recall@10 is tie-aware against the exact scores. Set-up once: `bash benchmarks/s
 
     .venv/bin/python benchmarks/seismic_splade.py [--n-docs 100000]
 
-Prints a table and writes benchmarks/results/seismic_splade.json.
+Prints a table and writes benchmarks/results/seismic_splade.json. Settings (sizes, Seismic's build and search
+parameters) come from benchmarks/configs/seismic_splade.toml (--config).
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_speed import (K, SEISMIC_BUILD, SEISMIC_SEARCH, dictionary_texts, single_query_ms,  # noqa: E402
-                          write_seismic_rows)
+from search_speed import K, dictionary_texts, single_query_ms, write_seismic_rows  # noqa: E402
+from settings import parse_args, record  # noqa: E402
 
 from uhdsearch.baselines.splade import SpladeEncoder  # noqa: E402
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir  # noqa: E402
@@ -51,21 +52,26 @@ def tie_aware_recall(numbers: np.ndarray, exact: np.ndarray) -> float:
     return float(np.mean(hits))
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-docs", type=int, default=100_000)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    parser.add_argument("--n-docs", type=int, help="dictionary definitions encoded")
+    parser.add_argument("--batch-size", type=int, help="document encoding batch")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="(default: results/seismic_splade.json)")
+    return parser
+
+
+def main() -> None:
+    args, config_path, settings = parse_args(build_parser(), "seismic_splade")
     import seismic
 
     texts, how = dictionary_texts(args.n_docs, seed=0)
     encoder = SpladeEncoder.from_pretrained()
     t0 = time.perf_counter()
-    docs = encoder.encode(texts, max_length=128, batch_size=args.batch_size, show_progress=True).buckets[0]
+    docs = encoder.encode(texts, max_length=args.document_max_length, batch_size=args.batch_size,
+                          show_progress=True).buckets[0]
     encode_s = time.perf_counter() - t0
     queries = encoder.encode([q.text for q in load_beir(bundled_dataset_dir("scifact"), split="test").queries],
-                             max_length=32).buckets[0]
+                             max_length=args.query_max_length).buckets[0]
     if queries.indices.max() > docs.indices.max():  # Seismic panics on a query dim above every document's
         raise SystemExit(f"the queries use vocabulary ids above the documents' highest ({docs.indices.max()}), "
                          "which Seismic cannot take: use a larger --n-docs")
@@ -86,13 +92,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "docs.bin"
         write_seismic_docs(docs, path)
-        config = dict(SEISMIC_BUILD, n_postings=3500)  # Seismic's defaults
+        config = dict(args.seismic_build)
         t0 = time.perf_counter()
         sindex = seismic.SeismicIndexRawLV.build(str(path), **config)
         build_s = time.perf_counter() - t0
     q_rows = [(queries.indices[a:b].astype(np.int32), queries.data[a:b].astype(np.float32))
               for a, b in zip(queries.indptr[:-1], queries.indptr[1:])]
-    for params in SEISMIC_SEARCH:
+    for params in args.seismic_search:
         def search(q, params=params):
             return sindex.search(q[0], q[1], K, params["query_cut"], params["heap_factor"], 0, True)
         times = single_query_ms(search, q_rows)
@@ -111,7 +117,7 @@ def main() -> None:
               f"{r['recall@10_vs_exact']:>6.3f}")
     result = {"n_docs": docs.shape[0], "texts": how, "doc_nnz_mean": float(nnz.mean()),
               "query_nnz_mean": float(np.diff(queries.indptr).mean()), "encode_s": round(encode_s, 1), "rows": rows,
-              "command": " ".join(sys.argv)}
+              "command": " ".join(sys.argv), **record(config_path, settings)}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
 

@@ -3,6 +3,7 @@
 Frozen MiniLM, token states computed once (cached in --cache-dir as .npy), dim 32,768, wta_k 40, centred heads.
 Dev = 10 % of SciFact's TRAIN queries (the quickstart's split, seed 0); it is scored over its positives plus
 sampled documents (up to 1,000 in all, as the quickstart's dev evaluator). The test split is never read.
+These settings and the recipes come from benchmarks/configs/training_probe.toml (--config).
 
     nice -n 10 python benchmarks/training_probe.py            # table on stdout, JSON in benchmarks/results/
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from settings import parse_args, record
 
 from uhdsearch.baselines.dense import mean_pool
 from uhdsearch.encoder.backbone import Backbone
@@ -50,11 +52,11 @@ def cached_states(backbone, texts, layer: int, max_length: int, path: Path) -> T
     return states
 
 
-def dev_evaluator(states, documents, queries, qrels, n_documents: int = 1_000):
+def dev_evaluator(states, documents, queries, qrels, n_documents: int = 1_000, seed: int = 0):
     judged = {d for rel in qrels.values() for d in rel}
     rows = [i for i, d in enumerate(documents) if d.doc_id in judged]
     others = [i for i, d in enumerate(documents) if d.doc_id not in judged]
-    rows = sorted(rows + random.Random(0).sample(others, max(0, n_documents - len(rows))))
+    rows = sorted(rows + random.Random(seed).sample(others, max(0, n_documents - len(rows))))
     doc_ids = [documents[i].doc_id for i in rows]
 
     def score(model, both: bool = False):
@@ -71,35 +73,48 @@ def dev_evaluator(states, documents, queries, qrels, n_documents: int = 1_000):
     return score
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache-dir", default="/tmp/uhd-probe-cache")
-    parser.add_argument("--max-steps", type=int, default=150)
-    parser.add_argument("--max-minutes", type=float, default=4.0)
-    parser.add_argument("--eval-every", type=int, default=50)
-    parser.add_argument("--only", nargs="*", help="recipe names to run")
-    parser.add_argument("--out", default=str(RESULTS))
-    args = parser.parse_args()
-    torch.set_num_threads(2)
+    parser.add_argument("--cache-dir", default="/tmp/uhd-probe-cache", help="(default: %(default)s)")
+    parser.add_argument("--max-steps", type=int)
+    parser.add_argument("--max-minutes", type=float)
+    parser.add_argument("--eval-every", type=int)
+    parser.add_argument("--only", nargs="*", help="recipe names to run (default: every one of --config)")
+    parser.add_argument("--out", default=str(RESULTS), help="(default: results/training_probe_scifact.json)")
+    return parser
+
+
+def recipes_of(table: dict) -> dict[str, tuple[dict, bool]]:
+    """The config file's recipes as name -> (TrainingArgs options, train on teacher-mined negatives?)."""
+    return {name: ({k: v for k, v in recipe.items() if k != "teacher_negatives"}, recipe["teacher_negatives"])
+            for name, recipe in table.items()}
+
+
+def main() -> None:
+    args, config_path, settings = parse_args(build_parser(), "training_probe")
+    torch.set_num_threads(args.threads)
     cache = Path(args.cache_dir)
     data_dir = bundled_dataset_dir("scifact")
     train_data = load_beir(data_dir, "train")
     documents = list(train_data.corpus.values())
     backbone = Backbone.from_pretrained(None)
-    config = EncoderConfig(dim=32_768, wta_k=40, query_k=None, bucket_layers=(-1,), document_max_length=256)
+    config = EncoderConfig(dim=args.dim, wta_k=args.wta_k, query_k=None, bucket_layers=(-1,),
+                           document_max_length=args.document_max_length)
     base = UHDEncoder(backbone, config)
     last = base.layers[0]
     start = time.perf_counter()
-    doc_states = cached_states(backbone, [d.full_text for d in documents], last, 256, cache / "scifact-docs")
+    doc_states = cached_states(backbone, [d.full_text for d in documents], last, args.document_max_length,
+                               cache / "scifact-docs")
     base.center_buckets(doc_states)
 
     queries = list(train_data.queries)
-    random.Random(0).shuffle(queries)
-    n_dev = int(len(queries) * 0.1)
+    random.Random(args.seed).shuffle(queries)
+    n_dev = int(len(queries) * args.dev_fraction)
     dev_queries, train_queries = queries[:n_dev], queries[n_dev:]
     dev_qrels = {q.query_id: train_data.qrels[q.query_id] for q in dev_queries if q.query_id in train_data.qrels}
     rows = {d.doc_id: i for i, d in enumerate(documents)}
-    pairs = pairs_from_qrels(train_queries, train_data.qrels, rows) + ict_pairs(documents, per_document=1)
+    pairs = (pairs_from_qrels(train_queries, train_data.qrels, rows)
+             + ict_pairs(documents, per_document=args.ict_per_document))
     unique_queries = sorted({p.query for p in pairs})
     query_states = cached_states(backbone, unique_queries, last, config.query_max_length, cache / "scifact-queries")
     seconds_states = time.perf_counter() - start
@@ -107,19 +122,15 @@ def main() -> None:
     # Dense teacher: the backbone as shipped (mean pooling, cosine), from the same cached states.
     query_vectors = dict(zip(unique_queries, mean_pool(query_states, last)))
     teacher = CachedTeacher(DenseTeacher(query_vectors, mean_pool(doc_states, last)))
-    ranked = rank_with_teacher(teacher, unique_queries, documents, depth=30, cache_dir=cache, show_progress=False)
+    ranked = rank_with_teacher(teacher, unique_queries, documents, depth=args.teacher_depth, cache_dir=cache,
+                               show_progress=False)
     teacher.remember(ranked)
-    negatives = teacher_negatives(pairs, ranked, depth=30, skip=3)
-    score = dev_evaluator(doc_states, documents, dev_queries, dev_qrels)
+    negatives = teacher_negatives(pairs, ranked, depth=args.teacher_depth, skip=args.negatives_skip)
+    score = dev_evaluator(doc_states, documents, dev_queries, dev_qrels, args.dev_documents, args.seed)
 
-    common = dict(epochs=1.0, max_steps=args.max_steps, max_minutes=args.max_minutes, eval_every=args.eval_every)
-    recipes = {
-        "hinge (Eq. 8, float)": (dict(), False),
-        "infonce binary-aware STE": (dict(loss="infonce", binary_aware=True, learning_rate=1e-3), False),
-        "kl dense teacher + mined negatives (float)": (dict(loss="kl", learning_rate=1e-3), True),
-        "kl dense teacher, STE, df density": (dict(loss="kl", binary_aware=True, learning_rate=1e-3, tau=0.5,
-                                                   density_weight=1e-3, density="df"), True),
-    }
+    common = dict(epochs=args.epochs, max_steps=args.max_steps, max_minutes=args.max_minutes,
+                  eval_every=args.eval_every)
+    recipes = recipes_of(args.recipes)
     rows_out = []
     untrained = score(base, both=True)
     rows_out.append({"recipe": "untrained centred head", "steps": 0, "best_step": 0, "dev_binary_final": untrained[0],
@@ -148,7 +159,7 @@ def main() -> None:
                          "options": options, "teacher_negatives": hard})
         print(f"{name}: {rows_out[-1]}", file=sys.stderr, flush=True)
 
-    print(f"\nSciFact dev ({len(dev_queries)} held-out TRAIN queries, positives + sampled docs = 1,000), "
+    print(f"\nSciFact dev ({len(dev_queries)} held-out TRAIN queries, positives + sampled docs = {args.dev_documents:,}), "
           f"{len(pairs)} pairs, states {seconds_states:.0f} s")
     print(f"{'recipe':46s} {'steps':>5s} {'best':>5s} {'bin final':>9s} {'bin kept':>9s} {'wtd kept':>9s} {'act/doc':>8s}")
     for r in rows_out:
@@ -157,9 +168,10 @@ def main() -> None:
               f"{r['active_dims_per_document']:8.0f}")
     write_json(args.out, {"dataset": "scifact", "split": "dev = 10% of train queries (seed 0)",
                           "n_dev_queries": len(dev_queries), "n_pairs": len(pairs),
-                          "config": {"dim": 32_768, "wta_k": 40, "backbone": "all-MiniLM-L6-v2 (frozen)",
+                          "config": {"dim": args.dim, "wta_k": args.wta_k, "backbone": "all-MiniLM-L6-v2 (frozen)",
                                      "centred": True, **common},
-                          "command": " ".join(["python"] + sys.argv), "rows": rows_out})
+                          "command": " ".join(["python"] + sys.argv), **record(config_path, settings),
+                          "rows": rows_out})
     print(f"wrote {args.out}")
 
 

@@ -54,5 +54,7 @@ def test_the_config_file_holds_the_former_in_code_variants(ablations):
 
 
 def test_results_name_the_config_from_the_repository_root(ablations):
-    assert ablations._relative(ablations.CONFIG) == "benchmarks/configs/ablations.toml"
-    assert ablations._relative(Path("/elsewhere/x.toml")) == "/elsewhere/x.toml"
+    from settings import relative
+
+    assert relative(ablations.CONFIG) == "benchmarks/configs/ablations.toml"
+    assert relative(Path("/elsewhere/x.toml")) == "/elsewhere/x.toml"
