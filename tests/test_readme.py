@@ -8,7 +8,7 @@ Convention (keep the README to it):
   keep them fast: `bash scripts/setup.sh && ` is dropped (CI runs it); `.venv/bin/uhdsearch` or a leading
   `uhdsearch` -> `python -m uhdsearch.cli.main`, `.venv/bin/python` -> `python` (this interpreter); optional
   `[...]` groups of uhdsearch commands are dropped; `quickstart` and `train` get the tiny backbone (SPLADE-tiny,
-  `--backbone`); `quickstart` gets `--fast --data` the 400-document scifact-mini; `train` gets `--dim 2048
+  `--backbone`); `quickstart` gets `--fast --data` the 400-document scifact-mini and `--overwrite`; `train` gets `--dim 2048
   --document-max-length 64 --max-minutes 0.1` (each option only where the line does not set it).
   A line running pytest is the suite itself (.ci/run's command) and is not run.
 * The working directory holds `DIR` and `path/to/scifact` (the scifact-mini collection) and `queries.jsonl`, so
@@ -115,7 +115,8 @@ def substitute(line: str, python: str = "python") -> str | None:
         if name in ("quickstart", "train"):
             line = _with_option(line, "--backbone", str(_tiny_backbone()))
         if name == "quickstart":
-            line = _with_option(_with_option(line, "--fast"), "--data", str(MINI))
+            # --overwrite: a Python block that comes first may have had its out/quickstart seeded already
+            line = _with_option(_with_option(_with_option(line, "--fast"), "--data", str(MINI)), "--overwrite")
         if name == "train":
             for option, value in (("--dim", "2048"), ("--document-max-length", "64"), ("--max-minutes", "0.1")):
                 line = _with_option(line, option, value)
@@ -127,7 +128,7 @@ def test_substitutions():
     tiny = str(_tiny_backbone())
     assert substitute("bash scripts/setup.sh && .venv/bin/python -m pytest -q") is None
     assert substitute("bash scripts/setup.sh && .venv/bin/uhdsearch quickstart --out out/q") == (
-        f"python -m uhdsearch.cli.main quickstart --out out/q --backbone {tiny} --fast --data {MINI}")
+        f"python -m uhdsearch.cli.main quickstart --out out/q --backbone {tiny} --fast --data {MINI} --overwrite")
     assert substitute("uhdsearch search --model m [--onnx] --k 5 > run.trec") == (
         "python -m uhdsearch.cli.main search --model m --k 5 > run.trec")
     assert substitute("uhdsearch train --data DIR --out m [--dim 8]") == (

@@ -81,6 +81,21 @@ def save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
     np.save(path, np.ascontiguousarray(array), allow_pickle=False)
 
 
+def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
+    """Write an .npy file whole or not at all: a temporary file beside it, then a rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npy")
+    try:
+        with open(tmp, "wb") as f:
+            np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
 def load_npy(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
     """Load an array without ever unpickling; memory-map when asked."""
     return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)

@@ -7,6 +7,7 @@ training/recipe.py's; this module only wires the steps, writes the files and ret
 """
 from __future__ import annotations
 
+import copy
 import os
 import random
 import sys
@@ -93,7 +94,8 @@ def run_quickstart(
 
     seconds: dict[str, float] = {}
     bb = Backbone.from_pretrained(backbone)
-    model = UHDEncoder(bb, recipe.encoder)
+    # Training the backbone must not change the dense baseline's, which shares these weights.
+    model = UHDEncoder(copy.deepcopy(bb) if recipe.training.train_backbone_layers else bb, recipe.encoder)
     layers = sorted(set(model.layers) | {bb.n_layers})
 
     start = time.perf_counter()
@@ -107,7 +109,7 @@ def run_quickstart(
     dense = DenseRetriever.build(data.corpus, backbone=bb, states=states,
                                  max_length=recipe.encoder.document_max_length, show_progress=False)
 
-    log("[quickstart] training the WTA head (backbone frozen)")
+    log(f"[quickstart] training: {_what_trains(recipe)}")
     start = time.perf_counter()
     trained, n_pairs = train_on_collection(model, documents, train_data, recipe, states, dense,
                                            show_progress=show_progress)
@@ -180,7 +182,7 @@ def _subsample(data: BeirData, n_documents: int) -> BeirData:
 
 def _model_card(data: BeirData, recipe: Recipe, trained: TrainingResult) -> str:
     lines = [f"# UHD encoder trained by `uhdsearch quickstart` on {data.name}", "",
-             "Backbone frozen; WTA head trained with the hinge loss over in-batch negatives (paper Eq. 8).", "",
+             f"Trained: {_what_trains(recipe)}.", "",
              "| setting | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in _flat(recipe.to_json()).items()]
     kept = (f"; dev early stopping kept the weights of step {trained.best_step} (dev nDCG@10 {trained.best_score:.4f}"
@@ -188,6 +190,12 @@ def _model_card(data: BeirData, recipe: Recipe, trained: TrainingResult) -> str:
     lines += ["", f"Steps: {trained.steps}; seconds: {trained.seconds:.0f}{kept}.",
               "Metrics: see results.json beside this directory."]
     return "\n".join(lines) + "\n"
+
+
+def _what_trains(recipe: Recipe) -> str:
+    layers = recipe.training.train_backbone_layers
+    backbone = "backbone frozen" if layers == 0 else "whole backbone" if layers < 0 else f"top {layers} backbone layers"
+    return f"WTA heads, {backbone}; {recipe.training.loss} loss over in-batch negatives"
 
 
 def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from uhdsearch.errors import UsageError
 from uhdsearch.topk import tie_order
 from uhdsearch.types import check_k
 
@@ -23,15 +24,15 @@ class SparseEncoding:
 
     def __post_init__(self) -> None:
         if not self.buckets:
-            raise ValueError("a SparseEncoding needs at least one bucket")
+            raise UsageError("a SparseEncoding needs at least one bucket")
         shapes = {m.shape for m in self.buckets}
         if len(shapes) != 1:
-            raise ValueError(f"all buckets must have the same shape, got {sorted(shapes)}")
+            raise UsageError(f"all buckets must have the same shape, got {sorted(shapes)}")
         self.buckets = [_canonical(m) for m in self.buckets]
         if self.truncated is not None:
             self.truncated = np.asarray(self.truncated, dtype=bool)
             if self.truncated.shape != (self.n,):
-                raise ValueError(f"truncated has shape {self.truncated.shape}, expected ({self.n},)")
+                raise UsageError(f"truncated has shape {self.truncated.shape}, expected ({self.n},)")
 
     @property
     def n_truncated(self) -> int:
@@ -87,10 +88,10 @@ class SparseEncoding:
     @staticmethod
     def concat(parts: Sequence[SparseEncoding]) -> SparseEncoding:
         if not parts:
-            raise ValueError("nothing to concatenate")
+            raise UsageError("nothing to concatenate")
         n_buckets = {p.n_buckets for p in parts}
         if len(n_buckets) != 1:
-            raise ValueError(f"parts have different bucket counts: {sorted(n_buckets)}")
+            raise UsageError(f"parts have different bucket counts: {sorted(n_buckets)}")
         flags = [p.truncated for p in parts]
         truncated = None if any(f is None for f in flags) else np.concatenate(flags)
         return SparseEncoding(

@@ -6,6 +6,7 @@ rule inside their heaps.
 from __future__ import annotations
 
 import numpy as np
+from uhdsearch.errors import UsageError
 
 
 def tie_order(scores: np.ndarray, numbers: np.ndarray) -> np.ndarray:
@@ -33,7 +34,7 @@ def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> tuple[np.nd
         (array([1, 2]), array([3., 3.], dtype=float32))
     """
     if k <= 0:  # callers check k with types.check_k; this guards the primitive itself
-        raise ValueError(f"k={k} must be positive")
+        raise UsageError(f"k={k} must be positive")
     candidates = np.flatnonzero(scores > 0) if positive_only else np.arange(scores.shape[0])
     values = scores[candidates]
     if candidates.shape[0] > k:

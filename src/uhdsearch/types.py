@@ -173,7 +173,7 @@ def format_run(run: Run, name: str | None = None) -> str:
             _check_token(hit.doc_id, "doc_id")
             score = float(hit.score)
             if not math.isfinite(score):
-                raise ValueError(f"query {query_id!r}, doc {hit.doc_id!r}: score {score} is not finite")
+                raise UsageError(f"query {query_id!r}, doc {hit.doc_id!r}: score {score} is not finite")
             lines.append(f"{query_id} Q0 {hit.doc_id} {rank} {score!r} {tag}\n")
     return "".join(lines)
 
@@ -249,4 +249,4 @@ def load_run(path: str | os.PathLike) -> Run:
 
 def _check_token(value: str, what: str) -> None:
     if not value or any(c.isspace() for c in str(value)):
-        raise ValueError(f"{what} {value!r} is empty or contains whitespace; a TREC run cannot hold it")
+        raise UsageError(f"{what} {value!r} is empty or contains whitespace; a TREC run cannot hold it")

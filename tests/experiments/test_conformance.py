@@ -16,12 +16,12 @@ from uhdsearch.baselines.dense import DenseRetriever
 from uhdsearch.baselines.hybrid import HybridRetriever
 from uhdsearch.baselines.splade import SpladeRetriever
 from uhdsearch.experiments import SYSTEMS, SystemContext
-from uhdsearch.experiments.systems.uhd import Recipe
+from uhdsearch.training.recipe import Recipe
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import Query
 
-TINY = Recipe(dim=1024, wta_k=8, ict_per_document=1, max_train_minutes=0.05, eval_every=None,
+TINY = Recipe(dim=1024, wta_k=8, ict_per_document=1, max_minutes=0.05, eval_every=None,
               document_max_length=64)
 KS = (1, 7, 1000)
 

@@ -13,6 +13,7 @@ import bm25s
 import numpy as np
 from tqdm.auto import tqdm
 
+from uhdsearch.errors import UsageError
 from uhdsearch.topk import top_k
 from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 
@@ -66,7 +67,7 @@ class BM25Retriever:
         self.analyzer = analyzer
         self.name = name
         if model.scores["num_docs"] != len(self.doc_ids):
-            raise ValueError(
+            raise UsageError(
                 f"the bm25s index has {model.scores['num_docs']} documents but {len(self.doc_ids)} doc_ids were given"
             )
 
@@ -121,9 +122,9 @@ class BM25Retriever:
             'd2'
         """
         if k1 < 0:
-            raise ValueError(f"k1={k1} must be >= 0")
+            raise UsageError(f"k1={k1} must be >= 0")
         if not 0 <= b <= 1:
-            raise ValueError(f"b={b} must be between 0 and 1")
+            raise UsageError(f"b={b} must be between 0 and 1")
         if isinstance(stemmer, str):
             stemmer = _pystemmer(stemmer)
         if stemmer is not None and not (callable(stemmer) or hasattr(stemmer, "stemWords")):
@@ -257,7 +258,7 @@ def _pystemmer(algorithm: str) -> Any:
     try:
         return Stemmer.Stemmer(algorithm)
     except KeyError:
-        raise ValueError(
+        raise UsageError(
             f"stemmer={algorithm!r} is not a PyStemmer algorithm; available: {', '.join(Stemmer.algorithms())}"
         ) from None
 
@@ -267,16 +268,16 @@ def _as_documents(corpus: Mapping[str, Document] | Iterable[Document]) -> list[D
         documents = list(corpus.values())
         for key, doc in corpus.items():
             if isinstance(doc, Document) and key != doc.doc_id:
-                raise ValueError(f"corpus key {key!r} differs from its Document's doc_id {doc.doc_id!r}")
+                raise UsageError(f"corpus key {key!r} differs from its Document's doc_id {doc.doc_id!r}")
     else:
         documents = list(corpus)
     if not documents:
-        raise ValueError("the corpus is empty; BM25 needs at least one document")
+        raise UsageError("the corpus is empty; BM25 needs at least one document")
     seen: set[str] = set()
     for doc in documents:
         if not isinstance(doc, Document):
             raise TypeError(f"expected Document records or a {{doc_id: Document}} mapping, got {type(doc).__name__}")
         if doc.doc_id in seen:
-            raise ValueError(f"doc_id {doc.doc_id!r} appears more than once in the corpus")
+            raise UsageError(f"doc_id {doc.doc_id!r} appears more than once in the corpus")
         seen.add(doc.doc_id)
     return documents

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from uhdsearch.errors import UsageError
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates
 from uhdsearch.topk import tie_order
@@ -56,7 +57,7 @@ class DenseRetriever:
         """Embed `corpus`; reuse precomputed last-layer `states` of the same documents when given."""
         documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
         if not documents:
-            raise ValueError("the corpus is empty: nothing to index")
+            raise UsageError("the corpus is empty: nothing to index")
         if not isinstance(backbone, Backbone):
             backbone = Backbone.from_pretrained(backbone)
         last = backbone.n_layers
@@ -66,7 +67,7 @@ class DenseRetriever:
             states = compute_token_states(backbone, [d.full_text for d in documents], [last], max_length,
                                           batch_size, show_progress, desc="dense documents")
         if states.n != len(documents):
-            raise ValueError(f"states cover {states.n} texts but the corpus has {len(documents)} documents")
+            raise UsageError(f"states cover {states.n} texts but the corpus has {len(documents)} documents")
         return cls(backbone, [d.doc_id for d in documents], mean_pool(states, last), max_length)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import torch
 
+from uhdsearch.errors import UsageError
 from uhdsearch.baselines.dual_encoder import (
     DualEncoder, DualEncoderArgs, DualEncoderHead, _document_states, _documents, build_dual_encoder, embed_states,
     mean_tokens, train_dual_encoder,
@@ -105,7 +106,7 @@ def fit_flow(kind: Literal["nice", "glow"], X: torch.Tensor, mode: Mode = "seque
     elif kind == "glow":
         flow = Glow(X.shape[1], **({"hidden": 256} if small else {}) | flow_options, seed=seed)
     else:
-        raise ValueError(f"flow {kind!r}: use 'nice' or 'glow'")
+        raise UsageError(f"flow {kind!r}: use 'nice' or 'glow'")
     history = flow.fit(X, epochs=epochs or (3 if small else 10), seed=seed, show_progress=show_progress)
     return flow, history
 
@@ -123,7 +124,7 @@ def _build_dense_flow(kind, corpus, backbone_dir, states, max_length, show_progr
                                  show_progress=show_progress, **(flow_options or {}))
         token_transform, sequence_transform = flow.transform, None
     else:
-        raise ValueError(f"mode={mode!r}: use 'sequence' or 'token'")
+        raise UsageError(f"mode={mode!r}: use 'sequence' or 'token'")
     logger.info("%s (%s-wise): log-likelihood %.1f -> %.1f", kind, mode, history[0], history[-1])
     return _pooled(documents, backbone, states, max_length, show_progress, token_transform, sequence_transform,
                    f"dense+{kind}")
@@ -193,7 +194,7 @@ def build_me(corpus, queries_train=None, qrels_train=None, backbone_dir: Backbon
         return build_multivector(documents, backbone, head, m, states, max_length, f"me-{m}", show_progress)
     args = args or DualEncoderArgs(n_vectors=m)
     if args.n_vectors != m:
-        raise ValueError(f"args.n_vectors={args.n_vectors} differs from m={m}")
+        raise UsageError(f"args.n_vectors={args.n_vectors} differs from m={m}")
     head = DualEncoderHead(backbone.hidden_size, backbone.hidden_size if dim == -1 else dim, "cls", seed=args.seed)
     pairs = training_pairs(documents, queries_train, qrels_train, ict_per_document, args.seed)
     trained = train_dual_encoder(head, backbone, documents, pairs, args, states, max_length, show_progress)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from uhdsearch.errors import UsageError
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
 from uhdsearch.topk import top_k
@@ -63,11 +64,11 @@ class DualEncoderHead(nn.Module):
                  similarity: Similarity = "cosine", seed: int = 0) -> None:
         super().__init__()
         if dim is not None and dim <= 0:
-            raise ValueError(f"dim={dim} must be positive (or None for the backbone's width {hidden})")
+            raise UsageError(f"dim={dim} must be positive (or None for the backbone's width {hidden})")
         if pooling not in ("cls", "mean"):
-            raise ValueError(f"pooling={pooling!r}: use 'cls' or 'mean'")
+            raise UsageError(f"pooling={pooling!r}: use 'cls' or 'mean'")
         if similarity not in ("cosine", "dot"):
-            raise ValueError(f"similarity={similarity!r}: use 'cosine' or 'dot'")
+            raise UsageError(f"similarity={similarity!r}: use 'cosine' or 'dot'")
         torch.manual_seed(seed)
         self.hidden, self.pooling, self.similarity = hidden, pooling, similarity
         self.projection = nn.Linear(hidden, dim) if dim is not None else None
@@ -118,11 +119,11 @@ class DualEncoderArgs:
 
     def __post_init__(self) -> None:
         if self.batch_size < 2:
-            raise ValueError(f"batch_size={self.batch_size} must be at least 2 (in-batch negatives)")
+            raise UsageError(f"batch_size={self.batch_size} must be at least 2 (in-batch negatives)")
         if self.epochs <= 0 or self.learning_rate <= 0:
-            raise ValueError(f"epochs={self.epochs} and learning_rate={self.learning_rate} must be positive")
+            raise UsageError(f"epochs={self.epochs} and learning_rate={self.learning_rate} must be positive")
         if self.n_sampled_negatives < 0 or self.n_vectors < 1:
-            raise ValueError(f"n_sampled_negatives={self.n_sampled_negatives} must be >= 0 and "
+            raise UsageError(f"n_sampled_negatives={self.n_sampled_negatives} must be >= 0 and "
                              f"n_vectors={self.n_vectors} >= 1")
 
 
@@ -154,7 +155,7 @@ def train_dual_encoder(
         ValueError: no pairs, or states that do not cover the documents.
     """
     if not pairs:
-        raise ValueError("no training pairs: check the qrels split or the corpus for ICT")
+        raise UsageError("no training pairs: check the qrels split or the corpus for ICT")
     last = backbone.n_layers
     frozen = args.train_backbone_layers == 0
     backbone.set_trainable_layers(args.train_backbone_layers)
@@ -168,7 +169,7 @@ def train_dual_encoder(
             document_states = compute_token_states(backbone, [d.full_text for d in documents], [last], max_length,
                                                    show_progress=show_progress, desc="backbone documents")
         if document_states.n != len(documents):
-            raise ValueError(f"states cover {document_states.n} texts but there are {len(documents)} documents")
+            raise UsageError(f"states cover {document_states.n} texts but there are {len(documents)} documents")
         query_texts = sorted(positives)
         query_states = _cached_query_states(backbone, query_texts, max_length)
         query_row = {q: i for i, q in enumerate(query_texts)}
@@ -293,9 +294,9 @@ class DualEncoder:
         entries = np.ascontiguousarray(entries, dtype=np.float32)
         owners = np.arange(len(doc_ids)) if owners is None else np.asarray(owners, dtype=np.int64)
         if entries.shape[0] != owners.shape[0]:
-            raise ValueError(f"{entries.shape[0]} entries but {owners.shape[0]} owners")
+            raise UsageError(f"{entries.shape[0]} entries but {owners.shape[0]} owners")
         if owners.size and np.any(np.diff(owners) < 0):
-            raise ValueError("entry owners must be ascending (entries grouped by document)")
+            raise UsageError("entry owners must be ascending (entries grouped by document)")
         self.backbone = backbone
         self.embed_query = embed_query
         self.doc_ids = list(doc_ids)
@@ -370,7 +371,7 @@ def build_dual_encoder(
 def _documents(corpus) -> list[Document]:
     documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
     if not documents:
-        raise ValueError("the corpus is empty: nothing to index")
+        raise UsageError("the corpus is empty: nothing to index")
     return documents
 
 
@@ -381,5 +382,5 @@ def _document_states(backbone: Backbone, documents: list[Document], states: Toke
         states = compute_token_states(backbone, [d.full_text for d in documents], [last], max_length,
                                       show_progress=show_progress, desc="backbone documents")
     if states.n != len(documents):
-        raise ValueError(f"states cover {states.n} texts but the corpus has {len(documents)} documents")
+        raise UsageError(f"states cover {states.n} texts but the corpus has {len(documents)} documents")
     return states

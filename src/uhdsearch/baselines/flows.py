@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+from uhdsearch.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class Flow(nn.Module, abc.ABC):
     def __init__(self, dim: int) -> None:
         super().__init__()
         if dim < 2:
-            raise ValueError(f"dim={dim}: a coupling flow needs at least 2 features")
+            raise UsageError(f"dim={dim}: a coupling flow needs at least 2 features")
         self.dim = dim
         self.register_buffer("initialized", torch.tensor(False))
 
@@ -82,7 +83,7 @@ class Flow(nn.Module, abc.ABC):
         """
         X = _as_tensor(X)
         if X.ndim != 2 or X.shape[1] != self.dim or X.shape[0] < 2:
-            raise ValueError(f"X must be (n >= 2, {self.dim}), got {tuple(X.shape)}")
+            raise UsageError(f"X must be (n >= 2, {self.dim}), got {tuple(X.shape)}")
         generator = torch.Generator().manual_seed(seed)
         if not bool(self.initialized):
             with torch.no_grad():
@@ -94,7 +95,7 @@ class Flow(nn.Module, abc.ABC):
             for rows in torch.randperm(X.shape[0], generator=generator).split(batch_size):
                 loss = -self.log_likelihood(X[rows]).mean() / self.dim
                 if not torch.isfinite(loss):
-                    raise ValueError(f"{type(self).__name__} training diverged (loss {float(loss)}); "
+                    raise UsageError(f"{type(self).__name__} training diverged (loss {float(loss)}); "
                                      f"lower learning_rate={learning_rate}")
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -121,7 +122,7 @@ class Flow(nn.Module, abc.ABC):
         is_numpy = not isinstance(X, torch.Tensor)
         T = _as_tensor(X)
         if T.shape[-1] != self.dim:
-            raise ValueError(f"X has width {T.shape[-1]} but this flow has dim {self.dim}")
+            raise UsageError(f"X has width {T.shape[-1]} but this flow has dim {self.dim}")
         self.eval()
         Z = torch.cat([self(T[i : i + batch_size])[0] for i in range(0, T.shape[0], batch_size)]) if T.shape[0] \
             else T.clone()
@@ -284,13 +285,13 @@ class Glow(Flow):
                  seed: int = 0) -> None:
         super().__init__(dim)
         if n_levels < 1 or depth < 1:
-            raise ValueError(f"n_levels={n_levels} and depth={depth} must be >= 1")
+            raise UsageError(f"n_levels={n_levels} and depth={depth} must be >= 1")
         torch.manual_seed(seed)
         self.widths = []
         width = dim
         for level in range(n_levels):
             if width < 2:
-                raise ValueError(f"dim={dim} is too small for {n_levels} levels")
+                raise UsageError(f"dim={dim} is too small for {n_levels} levels")
             self.widths.append(width)
             width -= width // 2 if level < n_levels - 1 else 0
         self.levels = nn.ModuleList(

@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from uhdsearch.errors import UsageError
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.types import Qrels, Query, Retriever, Run, ScoredDoc, as_queries, check_k, start_run
 
@@ -59,9 +60,9 @@ def fuse_linear(
     """
     check_k(k)
     if not 0.0 <= weight <= 1.0 or math.isnan(weight):
-        raise ValueError(f"weight={weight} must be between 0 and 1 (the first system's share)")
+        raise UsageError(f"weight={weight} must be between 0 and 1 (the first system's share)")
     if normalization not in ("min-max", "none"):
-        raise ValueError(f"normalization={normalization!r}; choose 'min-max' or 'none'")
+        raise UsageError(f"normalization={normalization!r}; choose 'min-max' or 'none'")
     first, second = (0, 1) if weight >= 0.5 else (1, 0)  # ties go to the heavier system's ranking
     out = Run(name=name)
     for query_id in list(run_a.results) + [q for q in run_b.results if q not in run_a.results]:
@@ -104,7 +105,7 @@ def fuse_rrf(run_a: Run, run_b: Run, k: int, rrf_k: int = 60, name: str = "rrf")
     """
     check_k(k)
     if rrf_k < 0:
-        raise ValueError(f"rrf_k={rrf_k} must be >= 0")
+        raise UsageError(f"rrf_k={rrf_k} must be >= 0")
     out = Run(name=name)
     for query_id in list(run_a.results) + [q for q in run_b.results if q not in run_a.results]:
         ranks = [{h.doc_id: r for r, h in enumerate(run.results.get(query_id, []))} for run in (run_a, run_b)]
@@ -147,9 +148,9 @@ class HybridRetriever:
             name: Run name.
         """
         if method not in ("linear", "rrf"):
-            raise ValueError(f"method={method!r}; choose 'linear' or 'rrf'")
+            raise UsageError(f"method={method!r}; choose 'linear' or 'rrf'")
         if not 0.0 <= weight <= 1.0:
-            raise ValueError(f"weight={weight} must be between 0 and 1 (the first system's share)")
+            raise UsageError(f"weight={weight} must be between 0 and 1 (the first system's share)")
         check_k(depth, "depth")
         for system in (first, second):
             if not callable(getattr(system, "search", None)):
@@ -174,7 +175,7 @@ class HybridRetriever:
             **options: Passed to the constructor (depth, normalization, name).
         """
         if not grid:
-            raise ValueError("the weight grid is empty")
+            raise UsageError("the weight grid is empty")
         hybrid = cls(first, second, **options)
         queries = as_queries(queries)
         run_a, run_b = (s.search(queries, hybrid.depth) for s in (first, second))

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from uhdsearch.errors import UsageError
 from uhdsearch.baselines.dense_systems import BackboneArg, fit_flow, pooled_vectors, setup
 from uhdsearch.baselines.whitening import Whitening, average_cosine, isotropy, sample_tokens
 from uhdsearch.encoder.states import TokenStates
@@ -74,9 +75,9 @@ def _metric_batches(states: TokenStates, pooled: torch.Tensor, layer: int, batch
         ValueError: batch_texts < 2, max_batches < 1, or fewer than batch_texts texts.
     """
     if batch_texts < 2 or max_batches < 1:
-        raise ValueError(f"batch_texts={batch_texts} must be >= 2 and max_batches={max_batches} >= 1")
+        raise UsageError(f"batch_texts={batch_texts} must be >= 2 and max_batches={max_batches} >= 1")
     if states.n < batch_texts:
-        raise ValueError(f"{states.n} texts are fewer than one batch of {batch_texts}")
+        raise UsageError(f"{states.n} texts are fewer than one batch of {batch_texts}")
     tokens = states.layer(layer)
     batches = []
     for lo in range(0, states.n - batch_texts + 1, batch_texts)[:max_batches]:

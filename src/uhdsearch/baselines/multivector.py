@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from uhdsearch.errors import UsageError
 from uhdsearch.baselines.dual_encoder import (
     DualEncoder, DualEncoderHead, _document_states, _documents,
 )
@@ -38,7 +39,7 @@ def build_multivector(
         ValueError: m < 1, empty corpus, or states that do not cover it.
     """
     if not isinstance(m, int) or m < 1:
-        raise ValueError(f"m={m!r} must be a positive integer (vectors per document)")
+        raise UsageError(f"m={m!r} must be a positive integer (vectors per document)")
     documents = _documents(corpus)
     states = _document_states(backbone, documents, states, max_length, show_progress)
     last = backbone.n_layers
@@ -99,7 +100,7 @@ class SumOfMaxReranker:
                  first_stage=None, depth: int = 100, token_transform: TokenTransform | None = None,
                  normalize: bool = True, query_max_length: int = 256, name: str = "sum-of-max") -> None:
         if offsets.shape[0] != len(doc_ids) + 1 or int(offsets[-1]) != doc_tokens.shape[0]:
-            raise ValueError(f"offsets ({offsets.shape[0]}) and tokens ({doc_tokens.shape[0]}) do not match "
+            raise UsageError(f"offsets ({offsets.shape[0]}) and tokens ({doc_tokens.shape[0]}) do not match "
                              f"{len(doc_ids)} documents")
         self.backbone = backbone
         self.doc_ids = list(doc_ids)
@@ -173,7 +174,7 @@ class SumOfMaxReranker:
         """Re-rank the first stage's top `depth` (so at most `depth` results per query)."""
         check_k(k)
         if self.first_stage is None:
-            raise ValueError("this sum-of-max model has no first stage; build it with first_stage=... or use rerank")
+            raise UsageError("this sum-of-max model has no first stage; build it with first_stage=... or use rerank")
         queries = as_queries(queries)
         return self.rerank(queries, self.first_stage.search(queries, k=self.depth), k)
 

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from uhdsearch.errors import ModelFormatError
+from uhdsearch.errors import ModelFormatError, UsageError
 from uhdsearch.index.base import hits_per_query
 from uhdsearch.index.inverted import WeightedIndex
 from uhdsearch.sparse import SparseEncoding
@@ -140,7 +140,7 @@ class SpladeRetriever:
     def __init__(self, encoder: SpladeEncoder, index: WeightedIndex, query_max_length: int = 64,
                  name: str = "splade-tiny") -> None:
         if index.dim != encoder.vocab_size or index.n_buckets != 1:
-            raise ValueError(f"the index has dim={index.dim}, {index.n_buckets} buckets; SPLADE needs one bucket "
+            raise UsageError(f"the index has dim={index.dim}, {index.n_buckets} buckets; SPLADE needs one bucket "
                              f"of dim={encoder.vocab_size} (the vocabulary)")
         self.encoder = encoder
         self.index = index
@@ -162,7 +162,7 @@ class SpladeRetriever:
         """
         documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
         if not documents:
-            raise ValueError("the corpus is empty: nothing to index")
+            raise UsageError("the corpus is empty: nothing to index")
         encoder = encoder or SpladeEncoder.from_pretrained(model_dir)
         encoding = encoder.encode([d.full_text for d in documents], max_length, batch_size, show_progress)
         index = WeightedIndex.from_encoding(encoding, [d.doc_id for d in documents], None)

@@ -13,6 +13,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from uhdsearch.errors import UsageError
 from uhdsearch.baselines.dual_encoder import mean_tokens
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
@@ -22,7 +23,7 @@ Transform = Callable[[torch.Tensor], torch.Tensor]
 def _as_matrix(W, name: str = "W") -> np.ndarray:
     W = W.detach().cpu().numpy() if isinstance(W, torch.Tensor) else np.asarray(W)
     if W.ndim != 2 or W.shape[0] < 2:
-        raise ValueError(f"{name} must be a 2-D array of at least 2 row vectors, got shape {W.shape}")
+        raise UsageError(f"{name} must be a 2-D array of at least 2 row vectors, got shape {W.shape}")
     return W.astype(np.float64)
 
 
@@ -63,7 +64,7 @@ def average_cosine(W: np.ndarray | torch.Tensor) -> float:
     units = W[norms > 0] / norms[norms > 0, None]
     n = units.shape[0]
     if n < 2:
-        raise ValueError("average_cosine needs at least 2 non-zero rows")
+        raise UsageError("average_cosine needs at least 2 non-zero rows")
     total = units.sum(axis=0)
     return float((total @ total - n) / (n * (n - 1)))
 
@@ -99,7 +100,7 @@ class Whitening:
         X = _as_matrix(X, "X")
         hidden = X.shape[1]
         if dim is not None and not 0 < dim <= hidden:
-            raise ValueError(f"dim={dim} must satisfy 0 < dim <= {hidden} (the input width)")
+            raise UsageError(f"dim={dim} must satisfy 0 < dim <= {hidden} (the input width)")
         mean = X.mean(axis=0)
         covariance = np.cov(X - mean, rowvar=False)  # Eq. 8: unbiased (n - 1)
         U, S, _ = np.linalg.svd(covariance)  # Eq. 9: S descending, U orthogonal
@@ -113,7 +114,7 @@ class Whitening:
     def transform(self, X: Array) -> Array:
         """Whitened rows, (n, dim), same type as X (numpy or torch float32)."""
         if X.shape[-1] != self.mean.shape[0]:
-            raise ValueError(f"X has width {X.shape[-1]} but this whitening was fit on width {self.mean.shape[0]}")
+            raise UsageError(f"X has width {X.shape[-1]} but this whitening was fit on width {self.mean.shape[0]}")
         if isinstance(X, torch.Tensor):
             return (X.float() - torch.from_numpy(self.mean)) @ torch.from_numpy(self.matrix)
         return ((np.asarray(X, dtype=np.float32) - self.mean) @ self.matrix).astype(np.float32)

@@ -33,14 +33,14 @@ def _layers(text: Optional[str]) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip()) if text else (-1,)
     except ValueError:
-        raise ValueError(f"--bucket-layers {text!r} must be comma-separated integers, e.g. 2,4,6") from None
+        raise UsageError(f"--bucket-layers {text!r} must be comma-separated integers, e.g. 2,4,6") from None
 
 
 def _weights(text: Optional[str]) -> Optional[tuple[float, ...]]:
     try:
         return tuple(float(x) for x in text.split(",")) if text else None
     except ValueError:
-        raise ValueError(f"--bucket-weights {text!r} must be comma-separated numbers, e.g. 1,0.5,1") from None
+        raise UsageError(f"--bucket-weights {text!r} must be comma-separated numbers, e.g. 1,0.5,1") from None
 
 
 @app.command()
@@ -95,8 +95,8 @@ def train(
                                                       help="BM25 hard negatives from the top N."),
     train_backbone_layers: Optional[int] = typer.Option(None, "--train-backbone-layers",
                                                         help="0 frozen, N top layers, -1 all."),
-    # A standalone run gets an hour whatever the preset; the quickstart preset's 7 minutes are for its demo.
-    max_minutes: float = typer.Option(60.0, "--max-minutes", help="Training time budget."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Training time budget (default: the "
+                                                "preset's)."),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Dev nDCG@10 every N steps (0 = off); "
                                              "best kept."),
     overwrite: bool = typer.Option(False, "--overwrite"),
@@ -114,13 +114,13 @@ def train(
              "learning_rate": learning_rate, "ict_per_document": ict_per_document, "distill_weight": distill_weight,
              "hard_negative_depth": hard_negative_depth, "train_backbone_layers": train_backbone_layers,
              "bucket_layers": _layers(bucket_layers) if bucket_layers is not None else None,
-             "bucket_weights": _weights(bucket_weights)}
+             "bucket_weights": _weights(bucket_weights), "max_minutes": max_minutes}
     overrides = {k: v for k, v in given.items() if v is not None}
     if query_k is not None:
         overrides["query_k"] = query_k or None
     if eval_every is not None:
         overrides["eval_every"] = eval_every or None
-    recipe = named_preset(preset, max_minutes=max_minutes, use_train_qrels=bool(split), **overrides)
+    recipe = named_preset(preset, use_train_qrels=bool(split), **overrides)
     corpus = load_beir(data, split).corpus if split else _corpus_only(data)
     model = UHDEncoder(Backbone.from_pretrained(backbone), recipe.encoder)
     result, n_pairs = train_on_collection(model, list(corpus.values()), load_train_split(data, split or None), recipe)
@@ -244,9 +244,9 @@ def compare_systems(
     if train_data is not None and not train_data.is_dir():
         raise FileNotFoundError(f"--train-data {train_data} is not a directory")
     if k <= 0:
-        raise ValueError(f"--k {k} must be a positive integer")
+        raise UsageError(f"--k {k} must be a positive integer")
     if document_max_length <= 0:
-        raise ValueError(f"--document-max-length {document_max_length} must be a positive integer")
+        raise UsageError(f"--document-max-length {document_max_length} must be a positive integer")
     report = run_comparison(data, systems, train_data_dir=train_data, split=split, fast=fast, backbone=backbone,
                             max_length=document_max_length, k=k, out_path=out, overwrite=overwrite)
     typer.echo(report.format_table())
@@ -284,19 +284,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _is_user_error(exc: BaseException) -> bool:
-    """UhdError, OSError, or a ValueError raised by uhdsearch's own code (its argument checks).
-
-    Every ValueError that uhdsearch itself raises reports bad input (errors.py); one raised inside numpy, torch
-    or another library is a bug and shows as one.
-    """
-    if isinstance(exc, (UhdError, OSError)):
-        return True
-    if type(exc) is not ValueError or exc.__traceback__ is None:
-        return False
-    tb = exc.__traceback__
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("uhdsearch.")
+    """The project's own errors (UhdError: bad input, named where) and file errors; anything else is a bug."""
+    return isinstance(exc, (UhdError, OSError))
 
 
 def _click_types(name: str) -> tuple[type, ...]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from uhdsearch.errors import ModelFormatError
+from uhdsearch.errors import ModelFormatError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class Backbone(nn.Module):
         """Map a layer number (negative counts from the end) to 0..n_layers, 0 being the embeddings."""
         absolute = layer if layer >= 0 else self.n_layers + 1 + layer
         if not 0 <= absolute <= self.n_layers:
-            raise ValueError(
+            raise UsageError(
                 f"layer {layer} does not exist: the backbone has layers 0 (embeddings) to {self.n_layers}"
             )
         return absolute
@@ -118,7 +118,7 @@ class Backbone(nn.Module):
         encoder = getattr(self.model, "encoder", None)
         layers = getattr(encoder, "layer", None)
         if layers is None:
-            raise ValueError("partial unfreezing needs a BERT-style model with model.encoder.layer")
+            raise UsageError("partial unfreezing needs a BERT-style model with model.encoder.layer")
         return list(layers)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:

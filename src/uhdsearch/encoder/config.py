@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from uhdsearch._version import __version__
-from uhdsearch.errors import ModelFormatError
+from uhdsearch.errors import ModelFormatError, UsageError
 
 FORMAT = "uhd-encoder"
 FORMAT_VERSION = 1
@@ -46,27 +46,27 @@ class EncoderConfig:
         if self.bucket_weights is not None:
             object.__setattr__(self, "bucket_weights", tuple(float(x) for x in self.bucket_weights))
         if not isinstance(self.dim, int) or self.dim < 1:
-            raise ValueError(f"dim={self.dim!r} must be a positive integer")
+            raise UsageError(f"dim={self.dim!r} must be a positive integer")
         if not 0 < self.wta_k <= self.dim:
-            raise ValueError(f"wta_k={self.wta_k} must satisfy 0 < wta_k <= dim ({self.dim})")
+            raise UsageError(f"wta_k={self.wta_k} must satisfy 0 < wta_k <= dim ({self.dim})")
         if self.query_k is not None and not 0 < self.query_k <= self.dim:
-            raise ValueError(f"query_k={self.query_k} must satisfy 0 < query_k <= dim ({self.dim}), or be None")
+            raise UsageError(f"query_k={self.query_k} must satisfy 0 < query_k <= dim ({self.dim}), or be None")
         if not self.bucket_layers:
-            raise ValueError("bucket_layers must name at least one backbone layer")
+            raise UsageError("bucket_layers must name at least one backbone layer")
         if len(set(self.bucket_layers)) != len(self.bucket_layers):
-            raise ValueError(f"bucket_layers={list(self.bucket_layers)} has duplicates")
+            raise UsageError(f"bucket_layers={list(self.bucket_layers)} has duplicates")
         if self.bucket_weights is not None and len(self.bucket_weights) != len(self.bucket_layers):
-            raise ValueError(
+            raise UsageError(
                 f"bucket_weights has {len(self.bucket_weights)} values but bucket_layers has "
                 f"{len(self.bucket_layers)}; give one weight per bucket layer"
             )
         if not 0.0 <= self.weight_sparsity < 1.0:
-            raise ValueError(f"weight_sparsity={self.weight_sparsity} must be in [0, 1)")
+            raise UsageError(f"weight_sparsity={self.weight_sparsity} must be in [0, 1)")
         if self.wta_dtype not in ("bfloat16", "float32"):
-            raise ValueError(f"wta_dtype={self.wta_dtype!r}; choose 'bfloat16' or 'float32'")
+            raise UsageError(f"wta_dtype={self.wta_dtype!r}; choose 'bfloat16' or 'float32'")
         for name in ("query_max_length", "document_max_length"):
             if getattr(self, name) < 2:
-                raise ValueError(f"{name}={getattr(self, name)} must be at least 2 ([CLS] and [SEP])")
+                raise UsageError(f"{name}={getattr(self, name)} must be at least 2 ([CLS] and [SEP])")
 
     @property
     def n_buckets(self) -> int:

@@ -20,7 +20,7 @@ from uhdsearch.encoder.buckets import Buckets
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.onnx_backbone import OnnxBackbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
-from uhdsearch.errors import ModelFormatError
+from uhdsearch.errors import ModelFormatError, UsageError
 from uhdsearch.io import atomic_directory, read_json, write_json
 from uhdsearch.sparse import SparseEncoding
 
@@ -41,7 +41,7 @@ class UHDEncoder(nn.Module):
         self.config = config
         self.layers = [backbone.resolve_layer(layer) for layer in config.bucket_layers]
         if len(set(self.layers)) != len(self.layers):
-            raise ValueError(f"bucket_layers {list(config.bucket_layers)} name the same layer twice")
+            raise UsageError(f"bucket_layers {list(config.bucket_layers)} name the same layer twice")
         self.buckets = Buckets(self.layers, backbone.hidden_size, config.dim, config.weight_sparsity, config.seed,
                                initialize)
         self._digest: str | None = None

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from uhdsearch.errors import UsageError
 from uhdsearch._optional import require
 from uhdsearch.encoder.backbone import Backbone
 
@@ -74,7 +75,7 @@ class OnnxBackbone:
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layers: list[int]) -> list[torch.Tensor]:
         """Token states of `layers` (those given at construction), each (batch, seq, hidden) float32."""
         if list(layers) != self.layers:
-            raise ValueError(f"this ONNX graph returns layers {self.layers}, not {list(layers)}")
+            raise UsageError(f"this ONNX graph returns layers {self.layers}, not {list(layers)}")
         feed = {"input_ids": input_ids.numpy().astype(np.int64, copy=False),
                 "attention_mask": attention_mask.numpy().astype(np.int64, copy=False)}
         return [torch.from_numpy(out) for out in self.session.run(None, feed)]

@@ -5,6 +5,7 @@ import math
 
 import torch
 from torch import nn
+from uhdsearch.errors import UsageError
 
 
 class _WinnersOnly(torch.autograd.Function):
@@ -80,7 +81,7 @@ class WTALayer(nn.Module):
             values (n_tokens, wta_k) float32 and indices (n_tokens, wta_k) int64.
         """
         if not 0 < wta_k <= self.dim:
-            raise ValueError(f"wta_k={wta_k} must satisfy 0 < wta_k <= dim ({self.dim})")
+            raise UsageError(f"wta_k={wta_k} must satisfy 0 < wta_k <= dim ({self.dim})")
         return _WinnersOnly.apply(tokens, self.weight, self.bias, self.mask, wta_k, dtype, self._cast_weight(dtype))
 
     def _cast_weight(self, dtype: torch.dtype) -> torch.Tensor | None:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from uhdsearch.errors import UsageError
 from uhdsearch.evaluation.metrics import DEFAULT_MEASURES, per_query
 from uhdsearch.types import Qrels, Query, Retriever, Run, as_queries
 
@@ -135,11 +136,11 @@ def compare(
         {'good': {'RR@10': 1.0}, 'bad': {'RR@10': 0.0}}
     """
     if not systems:
-        raise ValueError("no systems to compare; pass {name: Run or retriever}")
+        raise UsageError("no systems to compare; pass {name: Run or retriever}")
     names = list(systems)
     baseline = names[0] if baseline is None else baseline
     if baseline not in systems:
-        raise ValueError(f"baseline {baseline!r} is not one of the systems: {', '.join(names)}")
+        raise UsageError(f"baseline {baseline!r} is not one of the systems: {', '.join(names)}")
     measures = [measures] if isinstance(measures, str) else list(measures)
 
     runs: dict[str, Run] = {}
@@ -191,7 +192,7 @@ def paired_ttest(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     """
     if a.keys() != b.keys():
         only_a, only_b = len(a.keys() - b.keys()), len(b.keys() - a.keys())
-        raise ValueError(
+        raise UsageError(
             f"paired test needs the same queries on both sides; {only_a} only in the first, {only_b} only in the second"
         )
     keys = list(a)

@@ -14,6 +14,7 @@ from typing import Any
 
 import ir_measures
 
+from uhdsearch.errors import UsageError
 from uhdsearch.types import Qrels, Run
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def per_query(run: Run, qrels: Qrels, measures: Sequence[str] = DEFAULT_MEASURES
     parsed = _parse_measures(measures)
     judged = [q for q, docs in qrels.items() if any(rel > 0 for rel in docs.values())]
     if not judged:
-        raise ValueError(
+        raise UsageError(
             f"the qrels have no judged query (none of their {len(qrels)} queries has a relevance > 0); "
             "nothing to evaluate"
         )
@@ -95,13 +96,13 @@ def _parse_measures(measures: Sequence[str]) -> dict[str, Any]:
     if isinstance(measures, str):
         measures = [measures]
     if not measures:
-        raise ValueError(f"no measures given; pass ir_measures names such as {list(DEFAULT_MEASURES)}")
+        raise UsageError(f"no measures given; pass ir_measures names such as {list(DEFAULT_MEASURES)}")
     parsed = {}
     for name in measures:
         try:
             parsed[name] = ir_measures.parse_measure(name)
         except (NameError, ValueError, TypeError, SyntaxError) as e:
-            raise ValueError(
+            raise UsageError(
                 f"unknown measure {name!r} ({e}); use ir_measures names such as "
                 f"{', '.join(DEFAULT_MEASURES)}, AP"
             ) from None

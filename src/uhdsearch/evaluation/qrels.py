@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from uhdsearch.errors import DataFormatError
+from uhdsearch.errors import DataFormatError, UsageError
 from uhdsearch.io import atomic_write_text
 from uhdsearch.types import Qrels
 
@@ -114,7 +114,7 @@ def save_qrels(qrels: Qrels, path: str | os.PathLike, format: Literal["trec", "b
         'q1 0 d7 1\\n'
     """
     if format not in ("trec", "beir"):
-        raise ValueError(f"format={format!r} is not supported; use 'trec' or 'beir'")
+        raise UsageError(f"format={format!r} is not supported; use 'trec' or 'beir'")
     lines = ["\t".join(BEIR_HEADER)] if format == "beir" else []
     for query_id, judged in qrels.items():
         _check_id(query_id, "query_id")
@@ -129,4 +129,4 @@ def save_qrels(qrels: Qrels, path: str | os.PathLike, format: Literal["trec", "b
 
 def _check_id(value: str, what: str) -> None:
     if not value or any(c.isspace() for c in str(value)):
-        raise ValueError(f"{what} {value!r} is empty or contains whitespace; TREC and BEIR files cannot hold it")
+        raise UsageError(f"{what} {value!r} is empty or contains whitespace; TREC and BEIR files cannot hold it")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from uhdsearch.errors import UsageError
 from uhdsearch.evaluation.datasets import BeirData, bundled_dataset_dir, load_beir, load_corpus
 from uhdsearch.experiments.registry import SYSTEMS
 from uhdsearch.types import Document, Qrels, Query, Retriever, Run, as_queries
@@ -99,7 +100,7 @@ class SystemContext:
         """The built system `name` (built once; search results memoized, see `CachedRetriever`)."""
         if name not in self._systems:
             if name not in SYSTEMS:
-                raise ValueError(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
+                raise UsageError(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
             logger.info("building %s", name)
             built, self.build_seconds[name] = self._timed(lambda: SYSTEMS[name].build(self))
             self._systems[name] = CachedRetriever(built)

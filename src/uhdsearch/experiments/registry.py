@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from uhdsearch.errors import UsageError
 from uhdsearch.types import Retriever
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def register(name: str, *, fits_on_source: bool = False, trains_on_source: bool 
 
     def add(builder: Builder) -> Builder:
         if name in SYSTEMS:
-            raise ValueError(f"system {name!r} is already registered")
+            raise UsageError(f"system {name!r} is already registered")
         SYSTEMS[name] = System(name, builder, fits_on_source, trains_on_source, standalone)
         return builder
 
@@ -80,10 +81,10 @@ def resolve_systems(names: str | Sequence[str] | None) -> list[str]:
     else:
         chosen = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
     if not chosen:
-        raise ValueError(f"no systems given; choose from: {', '.join(SYSTEMS)}")
+        raise UsageError(f"no systems given; choose from: {', '.join(SYSTEMS)}")
     unknown = [n for n in chosen if n not in SYSTEMS]
     if unknown:
-        raise ValueError(f"unknown system(s) {', '.join(map(repr, unknown))}; known: {', '.join(SYSTEMS)}")
+        raise UsageError(f"unknown system(s) {', '.join(map(repr, unknown))}; known: {', '.join(SYSTEMS)}")
     return [BASELINE] + [n for n in dict.fromkeys(chosen) if n != BASELINE]
 
 
@@ -103,5 +104,5 @@ def build_system(name: str, corpus, queries_train=None, qrels_train=None, backbo
     """
     standalone = {n: s.standalone for n, s in SYSTEMS.items() if s.standalone is not None}
     if name not in standalone:
-        raise ValueError(f"unknown system {name!r}; known: {', '.join(standalone)}")
+        raise UsageError(f"unknown system {name!r}; known: {', '.join(standalone)}")
     return standalone[name](corpus, queries_train, qrels_train, backbone_dir, states, **options)

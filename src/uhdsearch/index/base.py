@@ -11,7 +11,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from uhdsearch.errors import DimensionMismatchError
+from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.format import Variant
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import check_k
@@ -94,16 +94,16 @@ def check_search_args(index: SearchableIndex, queries, k, bucket_weights, scorin
             f"the queries have {queries.n_buckets} buckets but the index has {index.n_buckets}")
     check_k(k)
     if len(bucket_weights) != index.n_buckets:
-        raise ValueError(f"{len(bucket_weights)} bucket weights for {index.n_buckets} buckets")
+        raise UsageError(f"{len(bucket_weights)} bucket weights for {index.n_buckets} buckets")
     if scoring not in ("binary", "weighted"):
-        raise ValueError(f"scoring={scoring!r}; choose 'binary' or 'weighted'")
+        raise UsageError(f"scoring={scoring!r}; choose 'binary' or 'weighted'")
     if scoring == "weighted" and index.variant != "weighted":
-        raise ValueError("weighted scoring needs a weighted index; build one with WeightedIndex")
+        raise UsageError("weighted scoring needs a weighted index; build one with WeightedIndex")
     if deleted is not None:
         deleted = np.asarray(deleted)
         n_numbers = len(index.doc_ids)  # a segmented index numbers its deleted documents too
         if deleted.dtype != np.bool_ or deleted.shape != (n_numbers,):
-            raise ValueError(f"deleted must be a ({n_numbers},) bool mask over doc numbers, got {deleted.shape} "
+            raise UsageError(f"deleted must be a ({n_numbers},) bool mask over doc numbers, got {deleted.shape} "
                              f"{deleted.dtype}")
     if n_threads is not None and (not isinstance(n_threads, (int, np.integer)) or n_threads < 1):
-        raise ValueError(f"n_threads={n_threads!r} must be a positive integer or None")
+        raise UsageError(f"n_threads={n_threads!r} must be a positive integer or None")

@@ -19,7 +19,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.errors import DataFormatError, IndexFormatError
+from uhdsearch.errors import DataFormatError, IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.base import Scoring, check_search_args
 from uhdsearch.index.kernels import dispatch
@@ -176,7 +176,7 @@ class InvertedIndex:
         """
         doc_ids = [str(d) for d in doc_ids]
         if len(doc_ids) != encoding.n:
-            raise ValueError(f"{len(doc_ids)} doc_ids for {encoding.n} encoded documents")
+            raise UsageError(f"{len(doc_ids)} doc_ids for {encoding.n} encoded documents")
         _check_unique(doc_ids)
         buckets = []
         for matrix in encoding.buckets:
@@ -196,7 +196,7 @@ class InvertedIndex:
         """Write the index directory atomically (temporary directory, then rename)."""
         with atomic_directory(path, overwrite=overwrite) as tmp:
             if any("\n" in d or "\r" in d for d in self.doc_ids):
-                raise ValueError("doc_ids may not contain line breaks")
+                raise UsageError("doc_ids may not contain line breaks")
             (tmp / fmt.DOC_IDS_FILE).write_text("".join(d + "\n" for d in self.doc_ids), encoding="utf-8")
             for b, c in enumerate(self.buckets):
                 for name, file in fmt.bucket_files(b, self.variant).items():
@@ -365,7 +365,7 @@ def _check_unique(doc_ids: Sequence[str]) -> None:
 
 def _check_documents(documents: Sequence[Document]) -> None:
     if not documents:
-        raise ValueError("the corpus is empty: nothing to index")
+        raise UsageError("the corpus is empty: nothing to index")
     _check_unique([d.doc_id for d in documents])
     empty = sum(1 for d in documents if not d.full_text.strip())
     if empty:

@@ -12,6 +12,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from numpy.lib import format as npy_format
 
+from uhdsearch.errors import UsageError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.codec import DEFAULT_BITMAP_BIAS, compress_range
 from uhdsearch.io import atomic_directory, save_npy, write_json
@@ -89,19 +90,19 @@ class IndexWriter:
         bitmap_bias: float = DEFAULT_BITMAP_BIAS,
     ) -> None:
         if not bitmap_bias > 0:
-            raise ValueError(f"bitmap_bias={bitmap_bias!r} must be positive")
+            raise UsageError(f"bitmap_bias={bitmap_bias!r} must be positive")
         if variant not in fmt.VARIANTS:
-            raise ValueError(f"variant={variant!r}; choose one of {fmt.VARIANTS}")
+            raise UsageError(f"variant={variant!r}; choose one of {fmt.VARIANTS}")
         for name, value in (("dim", dim), ("n_buckets", n_buckets), ("n_documents", n_documents)):
             if not isinstance(value, (int, np.integer)) or value < (0 if name == "n_documents" else 1):
-                raise ValueError(f"{name}={value!r} must be a positive integer")
+                raise UsageError(f"{name}={value!r} must be a positive integer")
         if n_documents >= 2**31:
-            raise ValueError(f"n_documents={n_documents} exceeds the int32 doc numbers of this format")
+            raise UsageError(f"n_documents={n_documents} exceeds the int32 doc numbers of this format")
         doc_ids = [str(i) for i in range(n_documents)] if doc_ids is None else [str(d) for d in doc_ids]
         if len(doc_ids) != n_documents:
-            raise ValueError(f"{len(doc_ids)} doc_ids for n_documents={n_documents}")
+            raise UsageError(f"{len(doc_ids)} doc_ids for n_documents={n_documents}")
         if any("\n" in d or "\r" in d for d in doc_ids):
-            raise ValueError("doc_ids may not contain line breaks")
+            raise UsageError("doc_ids may not contain line breaks")
         from uhdsearch.index.inverted import _check_unique
 
         _check_unique(doc_ids)
@@ -140,34 +141,34 @@ class IndexWriter:
         """
         self._check_open()
         if not 0 <= bucket < self.n_buckets:
-            raise ValueError(f"bucket={bucket} is outside 0..{self.n_buckets - 1}")
+            raise UsageError(f"bucket={bucket} is outside 0..{self.n_buckets - 1}")
         if first_dim != self._next_dim[bucket]:
-            raise ValueError(f"bucket {bucket}: expected the range starting at dim {self._next_dim[bucket]}, "
+            raise UsageError(f"bucket {bucket}: expected the range starting at dim {self._next_dim[bucket]}, "
                              f"got first_dim={first_dim}; give dimension ranges in order without gaps")
         indptr = np.asarray(indptr, dtype=np.int64)
         docs = np.asarray(docs)
         n_dims = indptr.shape[0] - 1
         if indptr.ndim != 1 or n_dims < 0 or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
-            raise ValueError("indptr must be 1-D, start at 0 and never decrease")
+            raise UsageError("indptr must be 1-D, start at 0 and never decrease")
         if first_dim + n_dims > self.dim:
-            raise ValueError(f"dims {first_dim}..{first_dim + n_dims - 1} exceed dim={self.dim}")
+            raise UsageError(f"dims {first_dim}..{first_dim + n_dims - 1} exceed dim={self.dim}")
         if docs.ndim != 1 or docs.shape[0] != indptr[-1]:
-            raise ValueError(f"docs has {docs.shape} entries but indptr ends at {int(indptr[-1])}")
+            raise UsageError(f"docs has {docs.shape} entries but indptr ends at {int(indptr[-1])}")
         if docs.shape[0]:
             if int(docs.min()) < 0 or int(docs.max()) >= self.n_documents:
-                raise ValueError(f"doc numbers must lie in 0..{self.n_documents - 1}")
+                raise UsageError(f"doc numbers must lie in 0..{self.n_documents - 1}")
             steps = np.diff(docs.astype(np.int64))
             starts = indptr[1:-1]
             steps[starts[(starts > 0) & (starts < docs.shape[0])] - 1] = 1  # dim boundaries may step down
             if np.any(steps <= 0):
-                raise ValueError("doc numbers must be strictly ascending within each dim")
+                raise UsageError("doc numbers must be strictly ascending within each dim")
         streams = self._streams[bucket]
         if "weights" in streams:
             if weights is None:
-                raise ValueError("a weighted index needs posting weights")
+                raise UsageError("a weighted index needs posting weights")
             weights = np.asarray(weights, dtype=np.float32)
             if weights.shape != docs.shape:
-                raise ValueError(f"weights has shape {weights.shape}, docs {docs.shape}")
+                raise UsageError(f"weights has shape {weights.shape}, docs {docs.shape}")
         is_bitmap, bitmaps, n_blocks, n_payload, blocks, payload = compress_range(
             indptr, docs, self.n_documents, self.bitmap_bias)
         rows = self._bitmap_rows[bucket][first_dim:first_dim + n_dims]
@@ -233,4 +234,4 @@ class IndexWriter:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ValueError(f"the writer for {self.path} is already closed")
+            raise UsageError(f"the writer for {self.path} is already closed")

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from uhdsearch.errors import UsageError
 from uhdsearch.index.base import Scoring
 from uhdsearch.index.inverted import Postings
 from uhdsearch.sparse import SparseEncoding
@@ -39,7 +40,7 @@ def score_bucket(postings: Postings, dims: np.ndarray, values: np.ndarray, n_doc
     if scoring == "binary":
         return np.bincount(docs, minlength=n_docs).astype(np.float64)
     if postings.weights is None:
-        raise ValueError("weighted scoring needs a WeightedIndex (this index stores no posting weights)")
+        raise UsageError("weighted scoring needs a WeightedIndex (this index stores no posting weights)")
     products = np.repeat(values.astype(np.float64), lengths) * np.asarray(postings.weights)[positions]
     return np.bincount(docs, weights=products, minlength=n_docs)
 

@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from uhdsearch.errors import DimensionMismatchError
+from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.base import Scoring, SearchableIndex, hits_per_query
 from uhdsearch.topk import tie_order
 from uhdsearch.sparse import SparseEncoding
@@ -67,12 +67,12 @@ class Searcher:
         self.index = index
         self.scoring: Scoring = scoring or index.variant
         if self.scoring not in ("binary", "weighted"):
-            raise ValueError(f"scoring={self.scoring!r}; choose 'binary' or 'weighted'")
+            raise UsageError(f"scoring={self.scoring!r}; choose 'binary' or 'weighted'")
         if self.scoring == "weighted" and index.variant != "weighted":
-            raise ValueError("weighted scoring needs a weighted index; build one with WeightedIndex")
+            raise UsageError("weighted scoring needs a weighted index; build one with WeightedIndex")
         self.query_k = config.query_k if query_k is None else check_k(query_k, "query_k")
         if query_selection not in ("value", "value-idf"):
-            raise ValueError(f"query_selection={query_selection!r}; choose 'value' or 'value-idf'")
+            raise UsageError(f"query_selection={query_selection!r}; choose 'value' or 'value-idf'")
         self.query_selection = query_selection
         self._idf = None
         if query_selection == "value-idf":
@@ -81,7 +81,7 @@ class Searcher:
             self._idf = [np.log((n + 1) / (index.document_frequencies(b) + 1)) for b in range(index.n_buckets)]
         weights = tuple(bucket_weights) if bucket_weights is not None else config.weights
         if len(weights) != index.n_buckets:  # rerank scores without the index's search_encoded, which checks this
-            raise ValueError(f"{len(weights)} bucket weights for {index.n_buckets} buckets")
+            raise UsageError(f"{len(weights)} bucket weights for {index.n_buckets} buckets")
         self.bucket_weights = weights
         self.name = name or f"uhd-{self.scoring}"
         self._documents: SparseEncoding | None = None  # the index's vectors, loaded by the first rerank
@@ -139,7 +139,7 @@ class Searcher:
             pool = [h.doc_id for h in candidates.results.get(query.query_id, [])]
             unknown = [d for d in pool if d not in number]
             if unknown:
-                raise ValueError(f"query {query.query_id}: candidate doc_ids not in the index, e.g. {unknown[:3]}")
+                raise UsageError(f"query {query.query_id}: candidate doc_ids not in the index, e.g. {unknown[:3]}")
             pools[query.query_id] = pool
         live = [q for q in live if pools[q.query_id]]
         if not live:
@@ -155,15 +155,16 @@ class Searcher:
 
     def _candidate_scores(self, query: SparseEncoding, numbers: np.ndarray) -> np.ndarray:
         """(len(numbers),) float64 Eq. 7 scores of one query against the given documents; <= 0 counts as 0."""
-        if not hasattr(self.index, "document_vectors"):
+        if self.scoring == "weighted" or not hasattr(self.index, "document_vectors"):
+            # Float sums in another order than the kernels' could split near-ties differently from search(),
+            # so weighted scores come from the kernels themselves; binary overlaps are exact integers either way.
             return self._candidate_scores_by_search(query, numbers)
         if self._documents is None:
-            documents = self.index.document_vectors()  # a binary index's vectors are all ones already
-            self._documents = documents.binarize() if self.scoring != self.index.variant else documents
-        if self.scoring == "binary":
-            query = query.binarize()
+            self._documents = self.index.document_vectors().binarize()
+        query = query.binarize()
         total = np.zeros(numbers.shape[0])
-        # Summed bucket by bucket from 0.0 in float64, as the index's kernels sum them.
+        # Per-bucket overlaps are exact integers; weighted by bucket and summed in bucket order from 0.0 in float64,
+        # as the kernels sum them.
         for weight, q, documents in zip(self.bucket_weights, query.buckets, self._documents.buckets):
             if weight == 0 or q.nnz == 0:
                 continue
@@ -172,7 +173,8 @@ class Searcher:
         return np.where(total > 0, total, 0.0)  # the index returns positive scores only
 
     def _candidate_scores_by_search(self, query: SparseEncoding, numbers: np.ndarray) -> np.ndarray:
-        # An index without document_vectors (SegmentedIndex): search it with everything else masked out.
+        # The kernels with every other document masked out: weighted scoring, and indexes without
+        # document_vectors (SegmentedIndex).
         outside = np.ones(len(self.index.doc_ids), dtype=bool)  # doc numbers, deleted ones included
         outside[numbers] = False
         found, scores = self.index.search_encoded(query, len(numbers), self.bucket_weights, self.scoring,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
+from uhdsearch.errors import UsageError
 
 Estimator = Literal["ste", "relaxed"]
 
@@ -21,7 +22,7 @@ Estimator = Literal["ste", "relaxed"]
 def relax(x: torch.Tensor, tau: float) -> torch.Tensor:
     """Smooth activity indicator of non-negative `x`: tanh(x / tau), in [0, 1); exact 0 where x == 0."""
     if tau <= 0:
-        raise ValueError(f"tau={tau} must be positive")
+        raise UsageError(f"tau={tau} must be positive")
     return torch.tanh(x / tau)
 
 
@@ -48,10 +49,10 @@ def binary_overlap(queries: torch.Tensor, documents: torch.Tensor, tau: float | 
     """
     if estimator == "relaxed":
         if tau is None:
-            raise ValueError("the relaxed estimator needs a tau")
+            raise UsageError("the relaxed estimator needs a tau")
         return relax(scale_rows(queries), tau) @ relax(scale_rows(documents), tau).t()
     if estimator != "ste":
-        raise ValueError(f"estimator={estimator!r}; choose 'ste' or 'relaxed'")
+        raise UsageError(f"estimator={estimator!r}; choose 'ste' or 'relaxed'")
     return binarize_ste(scale_rows(queries), tau) @ binarize_ste(scale_rows(documents), tau).t()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from uhdsearch.errors import UsageError
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.training.recipe import Recipe
 from uhdsearch.training.trainer import TrainingArgs
@@ -52,5 +53,5 @@ def preset(name: str, **overrides: Any) -> Recipe:
         ValueError: an unknown preset name.
     """
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        raise UsageError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     return dataclasses.replace(PRESETS[name], **overrides) if overrides else PRESETS[name]

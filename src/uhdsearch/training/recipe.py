@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from uhdsearch.errors import UsageError
 from uhdsearch.baselines.bm25 import BM25Retriever
 from uhdsearch.baselines.dense import DenseRetriever, mean_pool
 from uhdsearch.encoder.config import EncoderConfig
@@ -26,7 +27,7 @@ from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
-from uhdsearch.training.negatives import hard_negatives_from_rankings
+from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query
 from uhdsearch.training.teachers import DenseTeacher
 from uhdsearch.training.trainer import TrainingArgs, TrainingResult, train
 from uhdsearch.types import Document, Qrels, Query
@@ -83,9 +84,9 @@ class Recipe:
         for name, default in own.items():
             object.__setattr__(self, name, settings.get(name, default))
         if self.ict_per_document < 0 or self.hard_negative_depth < 0:
-            raise ValueError("ict_per_document and hard_negative_depth must be >= 0")
+            raise UsageError("ict_per_document and hard_negative_depth must be >= 0")
         if not 0.0 <= self.dev_share < 1.0:
-            raise ValueError(f"dev_share={self.dev_share} must be in [0, 1)")
+            raise UsageError(f"dev_share={self.dev_share} must be in [0, 1)")
 
     def __getattr__(self, name: str) -> Any:
         name = _ALIASES.get(name, name)
@@ -143,9 +144,7 @@ def bm25_negatives(documents: Sequence[Document], pairs: Sequence[TrainingPair],
     run = bm25.search({str(i): q for i, q in enumerate(queries)}, k=depth)
     row = {d.doc_id: i for i, d in enumerate(documents)}
     rankings = {q: [row[h.doc_id] for h in run[str(i)]] for i, q in enumerate(queries)}
-    positives: dict[str, set[int]] = {}
-    for p in pairs:
-        positives.setdefault(p.query, set()).add(p.doc_row)
+    positives = positives_by_query(pairs)
     return hard_negatives_from_rankings(pairs, rankings, positives, depth=depth)
 
 

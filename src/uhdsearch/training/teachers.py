@@ -18,8 +18,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from uhdsearch.io import load_npy
+from uhdsearch.errors import UsageError
+from uhdsearch.io import atomic_save_npy, load_npy
 from uhdsearch.training.trainer import TeacherScorer
+from uhdsearch.topk import top_k
 from uhdsearch.types import Document
 
 logger = logging.getLogger(__name__)
@@ -123,7 +125,7 @@ class HybridTeacher:
     def __init__(self, first: TeacherScorer, second: TeacherScorer, weight: float = 0.5,
                  scales: tuple[float, float] = (1.0, 1.0), name: str | None = None) -> None:
         if not 0.0 <= weight <= 1.0:
-            raise ValueError(f"weight={weight} must be between 0 and 1 (the first teacher's share)")
+            raise UsageError(f"weight={weight} must be between 0 and 1 (the first teacher's share)")
         self.first, self.second, self.weight, self.scales = first, second, float(weight), scales
         self.name = name or f"hybrid({first.name},{second.name},{weight:g},{scales[0]:g},{scales[1]:g})"
 
@@ -230,7 +232,7 @@ def rank_with_teacher(
         TeacherRankings over the unique queries in sorted order.
     """
     if depth < 1:
-        raise ValueError(f"depth={depth} must be positive")
+        raise UsageError(f"depth={depth} must be positive")
     unique = sorted(set(queries))
     paths = None
     if cache_dir is not None:
@@ -267,14 +269,12 @@ def rank_with_teacher(
     if paths is not None:
         paths[0].parent.mkdir(parents=True, exist_ok=True)
         for path, array in zip(paths, (rows_out, scores_out)):
-            tmp = path.with_name(f".{path.name}.tmp.npy")
-            np.save(tmp, array, allow_pickle=False)
-            os.replace(tmp, path)
+            atomic_save_npy(path, array)
     return TeacherRankings(teacher.name, unique, rows_out, scores_out)
 
 
 def _keep_top(scores: np.ndarray, rows: np.ndarray, depth: int, rows_out: np.ndarray, scores_out: np.ndarray) -> None:
-    # Ties keep corpus order (stable sort on -score over ascending rows), like the project's other rankings.
-    order = np.argsort(-scores, kind="stable")[:depth]
-    rows_out[: order.size] = rows[order]
-    scores_out[: order.size] = scores[order]
+    # `rows` ascend, so the one tie rule (score desc, then position) keeps corpus order among ties.
+    positions, best = top_k(scores, depth, positive_only=False)
+    rows_out[: positions.size] = rows[positions]
+    scores_out[: positions.size] = best

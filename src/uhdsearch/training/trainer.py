@@ -19,11 +19,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from uhdsearch.errors import UsageError
 from uhdsearch.encoder.states import TokenStates
 from uhdsearch.training.binary import Estimator, annealed_tau, binary_relevance, scale_rows
 from uhdsearch.training.data import TrainingPair, remove_span, unique_document_batches
 from uhdsearch.training.losses import (distillation, document_frequency_penalty, flops, hinge_in_batch, infonce,
                                        margin_mse)
+from uhdsearch.training.negatives import positives_by_query
 from uhdsearch.types import Document
 
 __all__ = ["TeacherScorer", "TrainingArgs", "TrainingResult", "train"]
@@ -73,31 +75,31 @@ class TrainingArgs:
 
     def __post_init__(self) -> None:
         if self.batch_size < 2:
-            raise ValueError(f"batch_size={self.batch_size} must be at least 2 (in-batch negatives)")
+            raise UsageError(f"batch_size={self.batch_size} must be at least 2 (in-batch negatives)")
         if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate={self.learning_rate} must be positive")
+            raise UsageError(f"learning_rate={self.learning_rate} must be positive")
         if self.epochs <= 0:
-            raise ValueError(f"epochs={self.epochs} must be positive")
+            raise UsageError(f"epochs={self.epochs} must be positive")
         if self.grad_accumulation < 1:
-            raise ValueError(f"grad_accumulation={self.grad_accumulation} must be >= 1")
+            raise UsageError(f"grad_accumulation={self.grad_accumulation} must be >= 1")
         if self.distill_weight < 0:
-            raise ValueError(f"distill_weight={self.distill_weight} must be >= 0")
+            raise UsageError(f"distill_weight={self.distill_weight} must be >= 0")
         if self.loss not in ("hinge", "infonce", "kl", "margin_mse"):
-            raise ValueError(f"loss={self.loss!r}; choose 'hinge', 'infonce', 'kl' or 'margin_mse'")
+            raise UsageError(f"loss={self.loss!r}; choose 'hinge', 'infonce', 'kl' or 'margin_mse'")
         if self.binary_estimator not in ("ste", "relaxed"):
-            raise ValueError(f"binary_estimator={self.binary_estimator!r}; choose 'ste' or 'relaxed'")
+            raise UsageError(f"binary_estimator={self.binary_estimator!r}; choose 'ste' or 'relaxed'")
         if self.density not in ("flops", "df"):
-            raise ValueError(f"density={self.density!r}; choose 'flops' or 'df'")
+            raise UsageError(f"density={self.density!r}; choose 'flops' or 'df'")
         if self.density_weight < 0:
-            raise ValueError(f"density_weight={self.density_weight} must be >= 0")
+            raise UsageError(f"density_weight={self.density_weight} must be >= 0")
         if self.tau is not None and self.tau <= 0 or self.tau_end is not None and self.tau_end <= 0:
-            raise ValueError(f"tau={self.tau}, tau_end={self.tau_end} must be positive")
+            raise UsageError(f"tau={self.tau}, tau_end={self.tau_end} must be positive")
         needs_tau = (self.binary_aware and self.binary_estimator == "relaxed") or \
             (self.density_weight > 0 and self.density == "df")
         if needs_tau and self.tau is None:
-            raise ValueError("the relaxed estimator and the df density penalty need a tau (e.g. tau=0.1)")
+            raise UsageError("the relaxed estimator and the df density penalty need a tau (e.g. tau=0.1)")
         if self.tau_end is not None and self.tau is None:
-            raise ValueError("tau_end needs a starting tau")
+            raise UsageError("tau_end needs a starting tau")
 
 
 @dataclass
@@ -137,22 +139,20 @@ def train(
         ValueError: no pairs, hard_negatives of the wrong length, or a loss without what it needs.
     """
     if not pairs:
-        raise ValueError("no training pairs: check the qrels split or the corpus for ICT")
+        raise UsageError("no training pairs: check the qrels split or the corpus for ICT")
     if hard_negatives is not None and len(hard_negatives) != len(pairs):
-        raise ValueError(f"{len(hard_negatives)} hard negatives for {len(pairs)} pairs")
+        raise UsageError(f"{len(hard_negatives)} hard negatives for {len(pairs)} pairs")
     if args.distill_weight > 0 and teacher is None:
-        raise ValueError("distill_weight > 0 needs a teacher")
+        raise UsageError("distill_weight > 0 needs a teacher")
     if args.loss in ("kl", "margin_mse") and teacher is None:
-        raise ValueError(f"loss={args.loss!r} needs a teacher")
+        raise UsageError(f"loss={args.loss!r} needs a teacher")
     if args.loss == "margin_mse" and hard_negatives is None:
-        raise ValueError("loss='margin_mse' needs hard_negatives (one per pair)")
+        raise UsageError("loss='margin_mse' needs hard_negatives (one per pair)")
     torch.manual_seed(args.seed)
     frozen = args.train_backbone_layers == 0
     model.backbone.set_trainable_layers(args.train_backbone_layers)
     negative_of = {id(p): n for p, n in zip(pairs, hard_negatives)} if hard_negatives is not None else {}
-    positives: dict[str, set[int]] = {}
-    for p in pairs:
-        positives.setdefault(p.query, set()).add(p.doc_row)
+    positives = positives_by_query(pairs)
     if frozen:
         if document_states is None:
             document_states = model.token_states([d.full_text for d in documents], "document",
@@ -161,7 +161,7 @@ def train(
         if query_states is None:
             query_states = model.token_states(unique_queries, "query", show_progress=show_progress)
         elif query_states.n != len(unique_queries):
-            raise ValueError(f"query_states cover {query_states.n} texts; the pairs have {len(unique_queries)} queries")
+            raise UsageError(f"query_states cover {query_states.n} texts; the pairs have {len(unique_queries)} queries")
         query_row = {q: i for i, q in enumerate(unique_queries)}
 
     n_epochs = math.ceil(args.epochs)

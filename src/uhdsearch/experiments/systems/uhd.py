@@ -2,14 +2,15 @@
 over raw or whitened backbone states (the pair that isolates whitening)."""
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 from uhdsearch.baselines.dense_systems import build_uhd_binary
 from uhdsearch.experiments.context import SystemContext
 from uhdsearch.experiments.registry import register
 from uhdsearch.experiments.systems.family import register_family
-from uhdsearch.training.presets import FAST
-from uhdsearch.training.recipe import Recipe, train_on_collection
+from uhdsearch.training.presets import PRESETS
+from uhdsearch.training.recipe import train_on_collection
 from uhdsearch.types import Retriever
 
 __all__ = ["uhd_model"]
@@ -25,8 +26,11 @@ def uhd_model(ctx: SystemContext):
     def make():
         from uhdsearch.encoder.model import UHDEncoder
 
-        recipe = ctx.recipe or replace(Recipe(**FAST) if ctx.fast else Recipe(), document_max_length=ctx.max_length)
-        model = UHDEncoder(ctx.backbone, recipe.encoder)
+        recipe = ctx.recipe or replace(PRESETS["fast" if ctx.fast else "quickstart"],
+                                       document_max_length=ctx.max_length)
+        trains_backbone = recipe.training.train_backbone_layers != 0
+        # A trained backbone must not leak into the other systems that share ctx.backbone.
+        model = UHDEncoder(copy.deepcopy(ctx.backbone) if trains_backbone else ctx.backbone, recipe.encoder)
         layers = sorted(set(model.layers) | {ctx.backbone.n_layers})
         train_states, states = ctx.source_states(layers), ctx.document_states(layers)
         result, n_pairs = train_on_collection(model, ctx.train_documents, ctx.train_data, recipe, train_states,
@@ -34,7 +38,11 @@ def uhd_model(ctx: SystemContext):
         ctx.notes["uhd"] = {"recipe": recipe.to_json(),
                             "training_pairs": n_pairs, "training_steps": result.steps,
                             "best_dev_step": result.best_step}
-        encoded = model.encode_states(states, "document", show_progress=ctx.show_progress)
+        if trains_backbone:  # the cached states came from the backbone before training
+            texts = [d.full_text for d in ctx.documents]
+            encoded = model.encode_document(texts, show_progress=ctx.show_progress)
+        else:
+            encoded = model.encode_states(states, "document", show_progress=ctx.show_progress)
         return model, encoded
 
     return ctx.shared("uhd-model", make)

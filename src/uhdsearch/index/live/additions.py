@@ -5,7 +5,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from uhdsearch.errors import DataFormatError, DimensionMismatchError
+from uhdsearch.errors import DataFormatError, DimensionMismatchError, UsageError
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.sparse import SparseEncoding
 
@@ -28,9 +28,9 @@ def check_additions(encoding: SparseEncoding, doc_ids: Sequence[str], dim: int, 
         )
     doc_ids = [str(d) for d in doc_ids]
     if len(doc_ids) != encoding.n:
-        raise ValueError(f"{len(doc_ids)} doc_ids for {encoding.n} encoded documents")
+        raise UsageError(f"{len(doc_ids)} doc_ids for {encoding.n} encoded documents")
     if any("\n" in d or "\r" in d for d in doc_ids):
-        raise ValueError("doc_ids may not contain line breaks")
+        raise UsageError("doc_ids may not contain line breaks")
     if len(set(doc_ids)) != len(doc_ids):
         seen: set[str] = set()
         twice = [d for d in doc_ids if d in seen or seen.add(d)]

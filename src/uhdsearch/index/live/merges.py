@@ -14,6 +14,7 @@ from typing import Literal
 
 import numpy as np
 
+from uhdsearch.errors import UsageError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.index.live import commit as cp
@@ -88,7 +89,7 @@ def positive_int(value, name: str, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer" + (" or None" if allow_none else ""))
+        raise UsageError(f"{name}={value!r} must be a positive integer" + (" or None" if allow_none else ""))
     return int(value)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from uhdsearch.errors import DataFormatError, IndexLockedError
+from uhdsearch.errors import DataFormatError, IndexLockedError, UsageError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.base import Scoring, check_search_args
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
@@ -103,7 +103,7 @@ class SegmentedIndex:
             ValueError: bad variant, dim or n_buckets.
         """
         if variant not in fmt.VARIANTS:
-            raise ValueError(f"variant={variant!r}; choose one of {fmt.VARIANTS}")
+            raise UsageError(f"variant={variant!r}; choose one of {fmt.VARIANTS}")
         for name, value in (("dim", dim), ("n_buckets", n_buckets)):
             positive_int(value, name)
         directory = Path(path)
@@ -262,7 +262,7 @@ class SegmentedIndex:
         if len(present) != len(ids) and not missing_ok:
             known = set(present)
             missing = [d for d in ids if d not in known]
-            raise ValueError(f"{len(missing)} doc_ids are not in the index: {missing}; pass missing_ok=True to "
+            raise UsageError(f"{len(missing)} doc_ids are not in the index: {missing}; pass missing_ok=True to "
                              "ignore unknown ids")
         self._live.delete(self._segments, present)
         if present:
