@@ -25,7 +25,7 @@ class EncoderConfig:
         >>> EncoderConfig(dim=8192, wta_k=9000)
         Traceback (most recent call last):
         ...
-        ValueError: wta_k=9000 must satisfy 0 < wta_k <= dim (8192)
+        uhdsearch.errors.UsageError: wta_k=9000 must satisfy 0 < wta_k <= dim (8192)
     """
 
     dim: int = 81_920  # n, A.1: chosen from {8192, 24576, 49152, 81920}
