@@ -245,3 +245,14 @@ def test_no_source_file_over_450_lines() -> None:
     long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450}
     assert long == {}
+
+
+def test_the_readme_architecture_map_names_every_module() -> None:
+    import re
+
+    readme = (SRC.parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Architecture"):]
+    section = section[:section.index("\n## ", 1)]
+    unnamed = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                     if p.name != "__init__.py" and not re.search(rf"\b{re.escape(p.stem)}\b", section))
+    assert unnamed == []
