@@ -6,6 +6,7 @@ rule inside their heaps.
 from __future__ import annotations
 
 import numpy as np
+
 from uhdsearch.errors import UsageError
 
 

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from uhdsearch.errors import UsageError
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates
+from uhdsearch.errors import UsageError
 from uhdsearch.topk import tie_order
 from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run
 

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from uhdsearch.errors import UsageError
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
+from uhdsearch.errors import UsageError
 from uhdsearch.topk import top_k
 from uhdsearch.training.data import TrainingPair, remove_span, unique_document_batches
 from uhdsearch.types import Document, Query, Run, ScoredDoc, start_run

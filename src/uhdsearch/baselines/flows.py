@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+
 from uhdsearch.errors import UsageError
 
 logger = logging.getLogger(__name__)

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from uhdsearch.errors import UsageError
 from uhdsearch.baselines.dense_systems import BackboneArg, fit_flow, pooled_vectors, setup
 from uhdsearch.baselines.whitening import Whitening, average_cosine, isotropy, sample_tokens
 from uhdsearch.encoder.states import TokenStates
+from uhdsearch.errors import UsageError
 
 
 def isotropy_report(corpus, backbone_dir: BackboneArg = None, states: TokenStates | None = None,

@@ -13,8 +13,8 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from uhdsearch.errors import UsageError
 from uhdsearch.baselines.dual_encoder import mean_tokens
+from uhdsearch.errors import UsageError
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
 Transform = Callable[[torch.Tensor], torch.Tensor]

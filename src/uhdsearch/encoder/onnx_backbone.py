@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from uhdsearch.errors import UsageError
 from uhdsearch._optional import require
 from uhdsearch.encoder.backbone import Backbone
+from uhdsearch.errors import UsageError
 
 
 class _HiddenStates(nn.Module):

@@ -5,6 +5,7 @@ import math
 
 import torch
 from torch import nn
+
 from uhdsearch.errors import UsageError
 
 

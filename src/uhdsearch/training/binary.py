@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
+
 from uhdsearch.errors import UsageError
 
 Estimator = Literal["ste", "relaxed"]

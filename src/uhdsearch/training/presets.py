@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from uhdsearch.errors import UsageError
 from uhdsearch.encoder.config import EncoderConfig
+from uhdsearch.errors import UsageError
 from uhdsearch.training.recipe import Recipe
 from uhdsearch.training.trainer import TrainingArgs
 

@@ -16,12 +16,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from uhdsearch.errors import UsageError
 from uhdsearch.baselines.bm25 import BM25Retriever
 from uhdsearch.baselines.dense import DenseRetriever, mean_pool
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.encoder.states import TokenStates, compute_token_states
+from uhdsearch.errors import UsageError
 from uhdsearch.evaluation.datasets import BeirData, load_beir
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import BinaryIndex

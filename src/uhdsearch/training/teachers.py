@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 
 from uhdsearch.errors import UsageError
 from uhdsearch.io import atomic_save_npy, load_npy
-from uhdsearch.training.trainer import TeacherScorer
 from uhdsearch.topk import top_k
+from uhdsearch.training.trainer import TeacherScorer
 from uhdsearch.types import Document
 
 logger = logging.getLogger(__name__)
