@@ -73,6 +73,18 @@ def dev_evaluator(states, documents, queries, qrels, n_documents: int = 1_000, s
     return score
 
 
+def test_scores(model, doc_states, documents, test_data) -> dict[str, float]:
+    """nDCG@10 on the test split over the whole corpus, binary and weighted (one look, after choosing on dev)."""
+    encoded = model.encode_states(doc_states, show_progress=False)
+    doc_ids = [d.doc_id for d in documents]
+    scores = {}
+    for variant, klass in (("binary", BinaryIndex), ("weighted", WeightedIndex)):
+        index = klass.from_encoding(encoded, doc_ids, None)
+        run = Searcher(model, index, variant).search(test_data.queries, k=100)
+        scores[f"test_{variant}"] = evaluate(run, test_data.qrels, ["nDCG@10"])["nDCG@10"]
+    return scores
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", default="/tmp/uhd-probe-cache", help="(default: %(default)s)")
@@ -81,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-every", type=int)
     parser.add_argument("--only", nargs="*", help="recipe names to run (default: every one of --config)")
     parser.add_argument("--out", default=str(RESULTS), help="(default: results/training_probe_scifact.json)")
+    parser.add_argument("--test-once", action="store_true",
+                        help="also score each kept model once on the TEST split over the whole corpus (run this only "
+                             "for a recipe already chosen on dev)")
     return parser
 
 
@@ -136,6 +151,9 @@ def main() -> None:
     rows_out.append({"recipe": "untrained centred head", "steps": 0, "best_step": 0, "dev_binary_final": untrained[0],
                      "dev_weighted_final": untrained[1], "dev_binary_best": untrained[0],
                      "active_dims_per_document": untrained[2], "train_seconds": 0.0})
+    test_data = load_beir(data_dir, "test") if args.test_once else None
+    if test_data is not None:
+        rows_out[-1].update(test_scores(base, doc_states, documents, test_data))
     for name, (options, hard) in recipes.items():
         if args.only and name not in args.only:
             continue
@@ -157,6 +175,8 @@ def main() -> None:
                          "dev_curve": result.evals, "loss_first_last": [float(np.mean(result.losses[:10])),
                                                                          float(np.mean(result.losses[-10:]))],
                          "options": options, "teacher_negatives": hard})
+        if test_data is not None:
+            rows_out[-1].update(test_scores(model, doc_states, documents, test_data))
         print(f"{name}: {rows_out[-1]}", file=sys.stderr, flush=True)
 
     print(f"\nSciFact dev ({len(dev_queries)} held-out TRAIN queries, positives + sampled docs = {args.dev_documents:,}), "
@@ -166,6 +186,9 @@ def main() -> None:
         print(f"{r['recipe']:46s} {r['steps']:5d} {r['best_step']!s:>5s} {r['dev_binary_final']:9.4f} "
               f"{r['dev_binary_best']:9.4f} {r.get('dev_weighted_best', r['dev_weighted_final']):9.4f} "
               f"{r['active_dims_per_document']:8.0f}")
+    if test_data is not None:
+        print("test nDCG@10 (binary / weighted): " + "; ".join(
+            f"{r['recipe']} {r['test_binary']:.4f} / {r['test_weighted']:.4f}" for r in rows_out))
     write_json(args.out, {"dataset": "scifact", "split": "dev = 10% of train queries (seed 0)",
                           "n_dev_queries": len(dev_queries), "n_pairs": len(pairs),
                           "config": {"dim": args.dim, "wta_k": args.wta_k, "backbone": "all-MiniLM-L6-v2 (frozen)",
