@@ -56,6 +56,16 @@ def logged_states(path: Path) -> tuple[dict[int, dict], dict | None]:
     return committed, pending
 
 
+def end_cut_line(log_path: Path) -> None:
+    """Finish a line a kill cut short, so that the next entry starts a line of its own.
+
+    A line longer than the file buffer reaches the disk in several writes, and a kill may land between them.
+    """
+    with open(log_path, "rb+") as log:
+        if log.seek(0, os.SEEK_END) and (log.seek(-1, os.SEEK_END), log.read(1))[1] != b"\n":
+            log.write(b"\n")
+
+
 def run_writer(index_dir: str, log_path: str, seed: int, on_ready: Callable[[], object]) -> None:
     """Change the index forever (the test kills it); `on_ready` is called once the writer holds the lock."""
     background = seed % 2 == 1
@@ -66,6 +76,7 @@ def run_writer(index_dir: str, log_path: str, seed: int, on_ready: Callable[[], 
     next_id = committed["next_id"]
     rng = np.random.default_rng(seed)
     launcher = os.getppid()
+    end_cut_line(Path(log_path))
     with open(log_path, "a") as log:
         on_ready()
         while os.getppid() == launcher:  # an orphan (the test died) stops by itself

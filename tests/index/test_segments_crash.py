@@ -21,7 +21,7 @@ import pytest
 import scipy.sparse as sp
 
 from segments_checks import assert_same_ranking, ranking
-from segments_crash_writer import DIM, document_vectors, logged_states, serve
+from segments_crash_writer import DIM, document_vectors, end_cut_line, logged_states, serve
 from uhdsearch.index.live import commit as cp
 from uhdsearch.index.live.lock import LOCK_FILE
 from uhdsearch.index.inverted import WeightedIndex
@@ -95,6 +95,7 @@ def test_kill_9_at_random_moments_always_leaves_the_last_commit(tmp_path, launch
         live = pending["live"] if unconfirmed else logged_states(log_path)[0][reader.generation]["live"]
         outcomes["unconfirmed" if unconfirmed else "committed"] += 1
         if unconfirmed:  # the next writer starts from what is really committed
+            end_cut_line(log_path)
             with open(log_path, "a") as log:
                 log.write(json.dumps({**pending, "pending": None, "committed": reader.generation}) + "\n")
         if live:
@@ -113,3 +114,14 @@ def test_kill_9_at_random_moments_always_leaves_the_last_commit(tmp_path, launch
     final.close()
     assert final.generation > N_KILLS  # the writers got real work done between kills
     print(f"outcomes: {outcomes}, final generation {final.generation}, {final.n_documents} live documents")
+
+
+def test_an_entry_after_a_line_cut_by_a_kill_is_still_read(tmp_path):
+    log_path = tmp_path / "writer.log"
+    full = json.dumps({"committed": 3, "live": {"d0": 0}, "next_id": 1})
+    log_path.write_text(json.dumps({"committed": 2, "live": {}, "next_id": 0}) + "\n" + full[:20])  # killed mid-write
+    end_cut_line(log_path)
+    with open(log_path, "a") as log:
+        log.write(json.dumps({"committed": 4, "live": {}, "next_id": 1}) + "\n")
+    committed, pending = logged_states(log_path)
+    assert sorted(committed) == [2, 4] and pending is None
