@@ -90,6 +90,12 @@ def train(
     learning_rate: Optional[float] = typer.Option(None, "--learning-rate"),
     ict_per_document: Optional[int] = typer.Option(None, "--ict-per-document",
                                                    help="Inverse Cloze Task pairs per passage."),
+    loss: Optional[str] = typer.Option(None, "--loss", help="hinge (the paper's Eq. 8), infonce, kl or margin_mse "
+                                       "(kl and margin_mse distil from the dense backbone)."),
+    binary_aware: Optional[bool] = typer.Option(None, "--binary-aware/--float-scores",
+                                                help="Train through the binarized overlap that search uses "
+                                                "(default: the preset's)."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps"),
     distill_weight: Optional[float] = typer.Option(None, "--distill-weight"),
     hard_negative_depth: Optional[int] = typer.Option(None, "--hard-negative-depth",
                                                       help="BM25 hard negatives from the top N."),
@@ -112,7 +118,8 @@ def train(
         raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
     given = {"dim": dim, "wta_k": wta_k, "document_max_length": document_max_length, "epochs": epochs,
              "learning_rate": learning_rate, "ict_per_document": ict_per_document, "distill_weight": distill_weight,
-             "hard_negative_depth": hard_negative_depth, "train_backbone_layers": train_backbone_layers,
+             "hard_negative_depth": hard_negative_depth, "loss": loss, "binary_aware": binary_aware,
+             "max_steps": max_steps, "train_backbone_layers": train_backbone_layers,
              "bucket_layers": _layers(bucket_layers) if bucket_layers is not None else None,
              "bucket_weights": _weights(bucket_weights), "max_minutes": max_minutes}
     overrides = {k: v for k, v in given.items() if v is not None}
