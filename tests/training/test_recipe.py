@@ -113,3 +113,31 @@ def test_train_on_collection_with_unfrozen_top_layer_and_dev_early_stopping(tiny
     assert 0 < n_pairs < 45  # a quarter of the train queries is held out for the dev score
     assert len(result.evals) >= 2 and result.best_step is not None
     assert not torch.equal(top, tiny_encoder.backbone.model.encoder.layer[-1].output.dense.weight)
+
+
+def test_without_qrels_the_dev_split_is_held_out_corpus_queries_judged_by_the_teacher(tiny_encoder, mini_data):
+    from uhdsearch.encoder.states import compute_token_states
+    from uhdsearch.training.recipe import build_teacher, teacher_judged
+
+    documents = list(mini_data.corpus.values())
+    recipe = Recipe(ict_per_document=2, dev_share=0.25, eval_every=5, judged_depth=3)
+    pairs, dev = training_pairs(documents, None, recipe)
+    queries, qrels = dev
+    all_texts = {p.query for p in pairs} | {q.text for q in queries}
+    assert len(queries) == int(len(all_texts) * 0.25) > 0
+    assert not {q.text for q in queries} & {p.query for p in pairs}  # held out, never trained on
+    sources = {(p.query, documents[p.doc_row].doc_id) for p in training_pairs(
+        documents, None, Recipe(ict_per_document=2, eval_every=None))[0]}
+    assert all((q.text, d) in sources for q in queries for d in qrels[q.query_id])  # before judging: the source
+
+    states = compute_token_states(tiny_encoder.backbone, [d.full_text for d in documents],
+                                  [tiny_encoder.backbone.n_layers], 64, show_progress=False)
+    teacher = build_teacher("dense", tiny_encoder, documents, states)
+    _, judged = teacher_judged(teacher, documents, dev, depth=3)
+    for q in queries:
+        scores = teacher.scores([q.text], range(len(documents)))[0]
+        top = {documents[int(i)].doc_id for i in torch.argsort(scores, descending=True, stable=True)[:3]}
+        source = next(iter(qrels[q.query_id]))
+        assert judged[q.query_id] == {**{d: 1 for d in top}, source: 2}
+    with pytest.raises(ValueError, match="teacher='oracle'"):
+        Recipe(teacher="oracle")

@@ -28,8 +28,8 @@ from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
 from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query
-from uhdsearch.training.teachers import DenseTeacher
-from uhdsearch.training.trainer import TrainingArgs, TrainingResult, train
+from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, SumOfMaxTeacher, rank_with_teacher
+from uhdsearch.training.trainer import TeacherScorer, TrainingArgs, TrainingResult, train
 from uhdsearch.types import Document, Qrels, Query
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ _TRAINING_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainingArgs)) -
 _ALIASES = {"max_train_minutes": "max_minutes"}  # the name Recipe used before it held a TrainingArgs
 
 DevSplit = tuple[list[Query], Qrels]
+TEACHERS = ("dense", "sum-of-max")
 
 
 @dataclass(frozen=True, init=False)
@@ -69,6 +70,10 @@ class Recipe:
     use_train_qrels: bool = True  # pairs from the collection's train qrels when it has them
     hard_negative_depth: int = 0  # > 0: one BM25 hard negative per pair from the query's top N
     dev_share: float = 0.1  # of the train queries, held out for early stopping (when training.eval_every)
+    # Without train qrels, the held-out share of the corpus's own ICT queries is judged by this teacher: its top
+    # `judged_depth` documents are relevant (plus the sentence's source passage), so early stopping needs no labels.
+    teacher: str = "dense"  # "dense" (the backbone, mean-pooled) or "sum-of-max" (its token states, late interaction)
+    judged_depth: int = 10
 
     def __init__(self, encoder: EncoderConfig | None = None, training: TrainingArgs | None = None,
                  **settings: Any) -> None:
@@ -89,6 +94,10 @@ class Recipe:
             raise UsageError("ict_per_document and hard_negative_depth must be >= 0")
         if not 0.0 <= self.dev_share < 1.0:
             raise UsageError(f"dev_share={self.dev_share} must be in [0, 1)")
+        if self.teacher not in TEACHERS:
+            raise UsageError(f"teacher={self.teacher!r}; choose one of {', '.join(TEACHERS)}")
+        if self.judged_depth < 1:
+            raise UsageError(f"judged_depth={self.judged_depth} must be >= 1")
 
     def __getattr__(self, name: str) -> Any:
         name = _ALIASES.get(name, name)
@@ -128,9 +137,11 @@ def train_on_collection(
     args = recipe.training
     pairs, dev = training_pairs(documents, train_data, recipe)
     teacher = None
-    if args.distill_weight > 0 or args.loss in ("kl", "margin_mse"):
-        dense = dense or DenseRetriever.build(documents, backbone=model.backbone, states=states, show_progress=False)
-        teacher = DenseTeacher(query_vectors(dense, {p.query for p in pairs}), mean_pool(states, model.backbone.n_layers))
+    unlabelled = dev is not None and not _has_qrels(train_data, recipe)
+    if args.distill_weight > 0 or args.loss in ("kl", "margin_mse") or unlabelled:
+        teacher = build_teacher(recipe.teacher, model, documents, states, dense)
+    if unlabelled:
+        dev = teacher_judged(teacher, documents, dev, recipe.judged_depth)
     eval_fn = dev_evaluator(states if args.train_backbone_layers == 0 else None, documents, dev) \
         if dev and args.eval_every else None
     negatives = bm25_negatives(documents, pairs, recipe.hard_negative_depth) if recipe.hard_negative_depth > 0 \
@@ -159,18 +170,34 @@ def load_train_split(data_dir: str | Path, train_split: str | None) -> BeirData 
     return None
 
 
+def _has_qrels(train_data: BeirData | None, recipe: Recipe) -> bool:
+    return train_data is not None and recipe.use_train_qrels
+
+
 def training_pairs(
     documents: Sequence[Document], train_data: BeirData | None, recipe: Recipe,
 ) -> tuple[list[TrainingPair], DevSplit | None]:
     """Qrels pairs of the train queries not held out, then ICT pairs; and the dev split (queries, qrels) or None.
 
     The held-out share is the first `dev_share` of the train queries shuffled with seed 0; no dev split
-    without `training.eval_every`.
+    without `training.eval_every`. Without train qrels the share is held out of the ICT queries instead, each
+    judged by its source passage only (`teacher_judged` adds the teacher's judgments).
     """
     rows = {d.doc_id: i for i, d in enumerate(documents)}
     pairs: list[TrainingPair] = []
     dev: DevSplit | None = None
-    if train_data is not None and recipe.use_train_qrels:
+    if not _has_qrels(train_data, recipe):
+        pairs = ict_pairs(documents, per_document=recipe.ict_per_document) if recipe.ict_per_document else []
+        texts = sorted({p.query for p in pairs})
+        random.Random(0).shuffle(texts)
+        n_dev = int(len(texts) * recipe.dev_share) if recipe.training.eval_every else 0
+        if n_dev == 0:
+            return pairs, None
+        held_out = {t: f"corpus-dev-{i}" for i, t in enumerate(texts[:n_dev])}
+        qrels = {held_out[p.query]: {documents[p.doc_row].doc_id: 1} for p in pairs if p.query in held_out}
+        dev = ([Query(qid, t) for t, qid in held_out.items()], qrels)
+        return [p for p in pairs if p.query not in held_out], dev
+    if train_data is not None:
         queries = list(train_data.queries)
         random.Random(0).shuffle(queries)
         n_dev = int(len(queries) * recipe.dev_share) if recipe.training.eval_every else 0
@@ -206,6 +233,32 @@ def dev_evaluator(
         return evaluate(Searcher(model, index, "binary").search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
 
     return score
+
+
+def build_teacher(
+    name: str, model: UHDEncoder, documents: Sequence[Document], states: TokenStates,
+    dense: DenseRetriever | None = None,
+) -> TeacherScorer:
+    """The backbone as a teacher over `documents`, from the token states the recipe computed anyway."""
+    if name == "sum-of-max":
+        from uhdsearch.baselines.multivector import SumOfMaxReranker
+
+        reranker = SumOfMaxReranker.build(documents, backbone=model.backbone, states=states, show_progress=False)
+        return CachedTeacher(SumOfMaxTeacher.from_reranker(reranker))
+    dense = dense or DenseRetriever.build(documents, backbone=model.backbone, states=states, show_progress=False)
+    return CachedTeacher(DenseTeacher(None, mean_pool(states, model.backbone.n_layers), dense.encode_queries))
+
+
+def teacher_judged(teacher: TeacherScorer, documents: Sequence[Document], dev: DevSplit, depth: int) -> DevSplit:
+    """Judge held-out corpus queries by the teacher: its top `depth` documents are relevant (1), as is each
+    query's source passage (2, it holds the sentence), so early stopping needs no human labels."""
+    queries, qrels = dev
+    ranked = rank_with_teacher(teacher, [q.text for q in queries], documents, depth=depth, show_progress=False)
+    judged = {}
+    for q in queries:
+        rel = {documents[r].doc_id: 1 for r in ranked.ranking(q.text)}
+        judged[q.query_id] = {**rel, **{d: 2 for d in qrels.get(q.query_id, {})}}
+    return queries, judged
 
 
 def query_vectors(dense: DenseRetriever, texts: Iterable[str]) -> dict[str, np.ndarray]:
