@@ -95,6 +95,20 @@ def test_uhd_numbers_equal_evaluate_of_the_systems(in_domain, mini_data):
     assert 0.0 <= results["config"]["hybrids"]["hybrid-uhd-bm25"]["weight"] <= 1.0
 
 
+def test_a_saved_model_is_evaluated_as_it_is(tmp_path, in_domain, mini_data, scifact_mini_dir, tiny_backbone_dir):
+    from uhdsearch.encoder.model import UHDEncoder
+
+    trained = in_domain.systems["uhd-binary"].retriever.encoder
+    trained.save_pretrained(tmp_path / "model")
+    report = run_comparison(scifact_mini_dir, "uhd-binary", backbone=tiny_backbone_dir, recipe=TINY,
+                            uhd_model=tmp_path / "model", max_length=64, show_progress=False)
+    assert report.results["config"]["uhd"] == {"model": str(tmp_path / "model"), "trained_here": False,
+                                               "model_digest": UHDEncoder.from_pretrained(tmp_path / "model").digest()}
+    assert "uhd-model" in report.results["shared_seconds"]
+    # the same model, the same numbers as the comparison that trained it (no second training run)
+    assert report.results["systems"]["uhd-binary"] == in_domain.results["systems"]["uhd-binary"]
+
+
 def test_out_of_domain_trains_on_the_other_collection(tmp_path, scifact_mini_dir, tiny_backbone_dir):
     target = tmp_path / "target"
     shutil.copytree(scifact_mini_dir, target)

@@ -235,6 +235,8 @@ def compare_systems(
     split: str = typer.Option("test", "--split", help="qrels split to evaluate on."),
     fast: bool = typer.Option(False, "--fast", help="The quickstart's fast UHD recipe (small head, 1 min training)."),
     backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
+    uhd_model: Optional[Path] = typer.Option(None, "--uhd-model", help="Evaluate this trained UHD model (e.g. the "
+                                             "quickstart's out/quickstart/model) instead of training one."),
     document_max_length: int = typer.Option(256, "--document-max-length"),
     k: int = typer.Option(1000, "--k", help="Results per query."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
@@ -255,7 +257,7 @@ def compare_systems(
     if document_max_length <= 0:
         raise UsageError(f"--document-max-length {document_max_length} must be a positive integer")
     report = run_comparison(data, systems, train_data_dir=train_data, split=split, fast=fast, backbone=backbone,
-                            max_length=document_max_length, k=k, out_path=out, overwrite=overwrite)
+                            uhd_model=uhd_model, max_length=document_max_length, k=k, out_path=out, overwrite=overwrite)
     typer.echo(report.format_table())
     if out is not None:
         typer.echo(f"wrote {out}")

@@ -27,6 +27,7 @@ def run_comparison(
     fast: bool = False,
     backbone: str | os.PathLike | None = None,
     recipe: Any = None,
+    uhd_model: str | os.PathLike | None = None,
     max_length: int = 256,
     k: int = 1000,
     measures: Sequence[str] = DEFAULT_MEASURES,
@@ -50,6 +51,7 @@ def run_comparison(
         backbone: Local backbone directory (default: the bundled MiniLM); also the wordpiece tokenizer of
             BM25-uni/bi.
         recipe: A UHD training `Recipe` (see `uhdsearch.experiments.systems.uhd`; overrides `fast`).
+        uhd_model: A trained UHD model directory to evaluate instead of training one (overrides `recipe`).
         max_length: Document token limit of the neural systems.
         k: Result depth per query.
         measures: ir_measures names.
@@ -71,7 +73,7 @@ def run_comparison(
     if out_path is not None and Path(out_path).exists() and not overwrite:
         raise FileExistsError(f"{out_path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
     ctx = SystemContext.load(data_dir, train_data_dir, split, backbone_dir=backbone, fast=fast, recipe=recipe,
-                             max_length=max_length, k=k, show_progress=show_progress)
+                             uhd_model_dir=uhd_model, max_length=max_length, k=k, show_progress=show_progress)
     runs: dict[str, Run] = {}
     search_seconds: dict[str, float] = {}
     built: dict[str, Retriever] = {}

@@ -26,6 +26,8 @@ def uhd_model(ctx: SystemContext):
     def make():
         from uhdsearch.encoder.model import UHDEncoder
 
+        if ctx.uhd_model_dir is not None:
+            return _saved_model(ctx)
         recipe = ctx.recipe or replace(PRESETS["fast" if ctx.fast else "quickstart"],
                                        document_max_length=ctx.max_length)
         trains_backbone = recipe.training.train_backbone_layers != 0
@@ -46,6 +48,26 @@ def uhd_model(ctx: SystemContext):
         return model, encoded
 
     return ctx.shared("uhd-model", make)
+
+
+def _saved_model(ctx: SystemContext):
+    """A trained model as saved (its own backbone encodes the corpus): compare what training produced."""
+    from uhdsearch.encoder.model import UHDEncoder
+
+    model = UHDEncoder.from_pretrained(ctx.uhd_model_dir)
+    ctx.notes["uhd"] = {"model": str(ctx.uhd_model_dir), "model_digest": model.digest(), "trained_here": False}
+    if _same_weights(model.backbone.model, ctx.backbone.model):  # a frozen backbone: reuse the shared pass
+        layers = sorted(set(model.layers) | {ctx.backbone.n_layers})
+        return model, model.encode_states(ctx.document_states(layers), "document", show_progress=ctx.show_progress)
+    texts = [d.full_text for d in ctx.documents]
+    return model, model.encode_document(texts, show_progress=ctx.show_progress)
+
+
+def _same_weights(a, b) -> bool:
+    import torch
+
+    first, second = a.state_dict(), b.state_dict()
+    return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
 def _uhd(ctx: SystemContext, variant: str) -> Retriever:
