@@ -141,3 +141,13 @@ def test_without_qrels_the_dev_split_is_held_out_corpus_queries_judged_by_the_te
         assert judged[q.query_id] == {**{d: 1 for d in top}, source: 2}
     with pytest.raises(ValueError, match="teacher='oracle'"):
         Recipe(teacher="oracle")
+
+
+def test_an_unlabelled_collection_trains_with_teacher_judged_early_stopping(tiny_encoder, mini_data):
+    documents = list(mini_data.corpus.values())
+    recipe = Recipe(dim=1024, wta_k=8, document_max_length=64, ict_per_document=2, epochs=1.0, eval_every=3,
+                    dev_share=0.2, judged_depth=5)
+    result, n_pairs = train_on_collection(tiny_encoder, documents, None, recipe, show_progress=False)
+    assert result.evals and result.evals[0][0] == 0  # the untrained head is scored first and competes
+    assert result.best_score == max(score for _, score in result.evals)
+    assert n_pairs == len(training_pairs(documents, None, recipe)[0])

@@ -1,0 +1,57 @@
+"""Dev curves of training runs as one PNG: dev nDCG@10 (UHD-binary) against the training step.
+
+Reads benchmarks/training_probe.py results (one curve per recipe) and quickstart output directories
+(extra_results.json's dev_evals, one curve per collection); step 0 is the untrained head, which early stopping
+keeps unless a later step beats it.
+
+    .venv/bin/python benchmarks/plot_training.py benchmarks/results/training_probe_scifact_long.json \
+        out/quickstart --out docs/training_dev_curves.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def curves(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """label -> [(step, dev nDCG@10)] from a probe result file or a quickstart output directory."""
+    if path.is_dir():
+        extra = json.loads((path / "extra_results.json").read_text())
+        results = json.loads((path / "results.json").read_text())
+        return {f"quickstart {results['dataset']}": [tuple(e) for e in extra["dev_evals"]]}
+    data = json.loads(path.read_text())
+    return {f"{path.stem}: {r['recipe']}": [tuple(e) for e in r["dev_curve"]]
+            for r in data["rows"] if r.get("dev_curve")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("inputs", nargs="+", type=Path, help="probe result JSONs or quickstart output directories")
+    parser.add_argument("--out", type=Path, default=Path("docs/training_dev_curves.png"))
+    args = parser.parse_args()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for path in args.inputs:
+        for label, points in curves(path).items():
+            steps, scores = zip(*points)
+            line, = ax.plot(steps, scores, marker="o", markersize=3, label=label)
+            best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the earliest best, as training keeps
+            ax.plot(steps[best], scores[best], marker="*", markersize=12, color=line.get_color())
+            ax.axhline(scores[0], color=line.get_color(), linestyle=":", linewidth=0.8)
+    ax.set_xlabel("training step (0 = untrained head; dotted: its score; star: the step kept)")
+    ax.set_ylabel("dev nDCG@10, UHD-binary")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=120)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
