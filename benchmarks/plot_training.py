@@ -1,8 +1,8 @@
 """Dev curves of training runs as one PNG: dev nDCG@10 (UHD-binary) against the training step.
 
 Reads benchmarks/training_probe.py results (one curve per recipe) and quickstart output directories
-(extra_results.json's dev_evals, one curve per collection); step 0 is the untrained head, which early stopping
-keeps unless a later step beats it.
+(extra_results.json's dev_evals, one curve per collection); each curve is drawn as its change against step 0, the
+untrained head, which early stopping keeps unless a later step beats it.
 
     .venv/bin/python benchmarks/plot_training.py benchmarks/results/training_probe_scifact_long.json \
         out/quickstart --out docs/training_dev_curves.png
@@ -39,12 +39,13 @@ def main() -> None:
     for path in args.inputs:
         for label, points in curves(path).items():
             steps, scores = zip(*points)
-            line, = ax.plot(steps, scores, marker="o", markersize=3, label=label)
+            gains = [s - scores[0] for s in scores]  # collections differ in level; the change is comparable
+            line, = ax.plot(steps, gains, marker="o", markersize=3, label=f"{label} (step 0: {scores[0]:.4f})")
             best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the earliest best, as training keeps
-            ax.plot(steps[best], scores[best], marker="*", markersize=12, color=line.get_color())
-            ax.axhline(scores[0], color=line.get_color(), linestyle=":", linewidth=0.8)
-    ax.set_xlabel("training step (0 = untrained head; dotted: its score; star: the step kept)")
-    ax.set_ylabel("dev nDCG@10, UHD-binary")
+            ax.plot(steps[best], gains[best], marker="*", markersize=12, color=line.get_color())
+    ax.axhline(0.0, color="grey", linestyle=":", linewidth=0.8)
+    ax.set_xlabel("training step (0 = the untrained head; star: the step early stopping kept)")
+    ax.set_ylabel("dev nDCG@10 (UHD-binary) minus step 0's")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
