@@ -156,6 +156,7 @@ def run_quickstart(
             "training_pairs": n_pairs,
             "training_steps": trained.steps,
             "best_dev_step": trained.best_step,
+            "dev_selection": {k: v for k, v in trained.selection.items() if k != "tried"},
             "active_dims_per_document": float(active.sum(axis=1).mean()),
         },
     }
@@ -165,6 +166,7 @@ def run_quickstart(
         "seconds_all": {k: round(v, 3) for k, v in seconds.items()},
         "train_loss_first_last": [float(np.mean(trained.losses[:20])), float(np.mean(trained.losses[-20:]))],
         "dev_evals": trained.evals,
+        "dev_selection_tried": trained.selection.get("tried", []),
     }
     write_json(out / "results.json", results)
     write_json(out / "extra_results.json", extra)
@@ -187,7 +189,10 @@ def _model_card(data: BeirData, recipe: Recipe, trained: TrainingResult) -> str:
     lines += [f"| {k} | {v} |" for k, v in _flat(recipe.to_json()).items()]
     kept = (f"; dev early stopping kept the weights of step {trained.best_step} (dev nDCG@10 {trained.best_score:.4f}"
             f"{', i.e. the untrained head' if trained.best_step == 0 else ''})" if trained.best_step is not None else "")
-    lines += ["", f"Steps: {trained.steps}; seconds: {trained.seconds:.0f}{kept}.",
+    chosen = trained.selection
+    then = (f" Then, on the same dev split, the {chosen['head']} head with queries cut at {chosen['query_max_length']}"
+            f" tokens was kept (dev nDCG@10 {chosen['dev']:.4f})." if chosen else "")
+    lines += ["", f"Steps: {trained.steps}; seconds: {trained.seconds:.0f}{kept}.{then}",
               "Metrics: see results.json beside this directory."]
     return "\n".join(lines) + "\n"
 

@@ -151,3 +151,34 @@ def test_an_unlabelled_collection_trains_with_teacher_judged_early_stopping(tiny
     assert result.evals and result.evals[0][0] == 0  # the untrained head is scored first and competes
     assert result.best_score == max(score for _, score in result.evals)
     assert n_pairs == len(training_pairs(documents, None, recipe)[0])
+
+
+def test_the_head_and_query_length_are_chosen_together_on_dev_and_ties_keep_the_untrained_head(tiny_encoder):
+    import copy
+
+    from uhdsearch.training.recipe import choose_head_and_query_length
+
+    untrained = copy.deepcopy(tiny_encoder.buckets.state_dict())
+    with torch.no_grad():
+        for p in tiny_encoder.buckets.parameters():
+            p.add_(0.5)
+    trained = copy.deepcopy(tiny_encoder.buckets.state_dict())
+
+    def head(model):
+        now = model.buckets.state_dict()
+        return "trained" if all(torch.equal(now[k], trained[k]) for k in now) else "untrained"
+
+    def score(model):  # the trained head at 64 tokens is best
+        return {("trained", 64): 0.9, ("untrained", 128): 0.8}.get((head(model), model.config.query_max_length), 0.5)
+
+    chosen = choose_head_and_query_length(tiny_encoder, untrained, score, (128, 32, 64))
+    assert (chosen["head"], chosen["query_max_length"], chosen["dev"]) == ("trained", 64, 0.9)
+    assert (head(tiny_encoder), tiny_encoder.config.query_max_length) == ("trained", 64)
+    assert [(r["head"], r["query_max_length"]) for r in chosen["tried"]] == [
+        (h, n) for h in ("untrained", "trained") for n in (32, 64, 128)]
+
+    chosen = choose_head_and_query_length(tiny_encoder, untrained, lambda model: 0.5, (64, 32))  # all equal
+    assert (chosen["head"], chosen["query_max_length"]) == ("untrained", 32) == (head(tiny_encoder),
+                                                                               tiny_encoder.config.query_max_length)
+    with pytest.raises(ValueError, match="query_lengths"):
+        Recipe(query_lengths=(32, 0))

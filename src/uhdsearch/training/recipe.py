@@ -6,6 +6,7 @@ stopping in which the untrained head (step 0) competes. The named settings are i
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import random
@@ -74,6 +75,9 @@ class Recipe:
     # `judged_depth` documents are relevant (plus the sentence's source passage), so early stopping needs no labels.
     teacher: str = "dense"  # "dense" (the backbone, mean-pooled) or "sum-of-max" (its token states, late interaction)
     judged_depth: int = 10
+    # After training (frozen backbone, with a dev split): query token limits tried on dev, for the kept weights
+    # and the untrained head alike; CISI's and Medline's paragraph-long queries lose much at A.1's 32 tokens.
+    query_lengths: tuple[int, ...] = (32, 64, 128, 256)
 
     def __init__(self, encoder: EncoderConfig | None = None, training: TrainingArgs | None = None,
                  **settings: Any) -> None:
@@ -96,6 +100,8 @@ class Recipe:
             raise UsageError(f"dev_share={self.dev_share} must be in [0, 1)")
         if self.teacher not in TEACHERS:
             raise UsageError(f"teacher={self.teacher!r}; choose one of {', '.join(TEACHERS)}")
+        if any(not isinstance(n, int) or n < 1 for n in self.query_lengths):
+            raise UsageError(f"query_lengths={self.query_lengths} must be positive integers (token limits)")
         if self.judged_depth < 1:
             raise UsageError(f"judged_depth={self.judged_depth} must be >= 1")
 
@@ -146,8 +152,35 @@ def train_on_collection(
         if dev and args.eval_every else None
     negatives = bm25_negatives(documents, pairs, recipe.hard_negative_depth) if recipe.hard_negative_depth > 0 \
         else None
-    return train(model, documents, pairs, args, document_states=states, hard_negatives=negatives, teacher=teacher,
-                 eval_fn=eval_fn, show_progress=show_progress), len(pairs)
+    untrained = copy.deepcopy(model.buckets.state_dict())
+    result = train(model, documents, pairs, args, document_states=states, hard_negatives=negatives, teacher=teacher,
+                   eval_fn=eval_fn, show_progress=show_progress)
+    if eval_fn is not None and recipe.query_lengths and args.train_backbone_layers == 0:
+        result.selection = choose_head_and_query_length(model, untrained, eval_fn, recipe.query_lengths)
+    return result, len(pairs)
+
+
+def choose_head_and_query_length(
+    model: UHDEncoder, untrained: dict, score: Callable[[UHDEncoder], float], lengths: Sequence[int],
+) -> dict[str, Any]:
+    """Pick the query token limit and the head (the weights training kept, or the untrained start) together on dev.
+
+    The untrained head and shorter limits come first, so they win ties. Leaves `model` holding the choice.
+    """
+    trained = copy.deepcopy(model.buckets.state_dict())
+    config = model.config
+    rows = []
+    for head, state in (("untrained", untrained), ("trained", trained)):
+        model.buckets.load_state_dict(state)
+        for length in sorted(set(lengths)):
+            model.config = config.replace(query_max_length=int(length))
+            rows.append({"head": head, "query_max_length": int(length), "dev": score(model)})
+    best = max(rows, key=lambda r: r["dev"])  # max keeps the first of equal scores
+    model.buckets.load_state_dict(untrained if best["head"] == "untrained" else trained)
+    model.config = config.replace(query_max_length=best["query_max_length"])
+    logger.info("kept the %s head with queries cut at %d tokens (dev %.4f)", best["head"], best["query_max_length"],
+                best["dev"])
+    return {"head": best["head"], "query_max_length": best["query_max_length"], "dev": best["dev"], "tried": rows}
 
 
 def bm25_negatives(documents: Sequence[Document], pairs: Sequence[TrainingPair], depth: int) -> list[int | None]:

@@ -110,6 +110,7 @@ class TrainingResult:
     evals: list[tuple[int, float]] = field(default_factory=list)
     best_step: int | None = None
     best_score: float | None = None
+    selection: dict = field(default_factory=dict)  # what was chosen on dev after the loop (training/recipe.py)
 
 
 def train(
