@@ -194,7 +194,7 @@ def summarize(name: str, env, rss_start: int, rss_end: int, health: dict, writer
     return {
         "name": name, "writer": writer, "total": entry(env.stats.total), "endpoints": endpoints,
         "read_requests": read_requests, "read_failures": sum(s.num_failures for s in reads),
-        "errors": {str(k): v.occurrences for k, v in env.stats.errors.items()},
+        "errors": {f"{e.method} {e.name}: {e.error}": e.occurrences for e in env.stats.errors.values()},
         "consistency_checks": "each writer batch is 4 copies of one text; searches for it saw 0 or 4" if writer
         else None,
         "rss_start_mb": round(rss_start / 2**20, 1), "rss_end_mb": round(rss_end / 2**20, 1),
