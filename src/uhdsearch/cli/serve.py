@@ -1,0 +1,79 @@
+"""`uhdsearch serve`: the HTTP search service (extra: serve) over a static or segmented index."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from uhdsearch.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+
+def serve(
+    index_dir: Path = typer.Argument(..., help="Index directory: static (uhdsearch index) or segmented."),
+    model: Path = typer.Option(..., "--model", help="The model directory that built the index."),
+    data: Optional[Path] = typer.Option(None, "--data", help="BEIR directory or corpus.jsonl with the documents' "
+                                        "titles and texts (hits, /documents and the document side of /explain)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; beyond loopback, writes need "
+                             "--api-key."),
+    port: int = typer.Option(8000, "--port"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="UHDSEARCH_API_KEY",
+                                          help="Token for POST/DELETE /documents and POST /commit "
+                                               "(or UHDSEARCH_API_KEY)."),
+    bm25: bool = typer.Option(False, "--bm25", help="Build a BM25 index of --data for the page's side-by-side "
+                              "comparison (/search?system=bm25)."),
+    read_only: bool = typer.Option(False, "--read-only", help="Never take the segmented index's write lock."),
+    typical_sample: int = typer.Option(300, "--typical-sample", help="Documents of --data sampled (in the "
+                                       "background) for each dimension's typical tokens; 0: off."),
+    max_k: int = typer.Option(1000, "--max-k"),
+    max_batch: int = typer.Option(64, "--max-batch", help="Queries per POST /search."),
+    max_query_chars: int = typer.Option(2000, "--max-query-chars"),
+    max_body_bytes: int = typer.Option(1_048_576, "--max-body-bytes"),
+    request_timeout: float = typer.Option(30.0, "--request-timeout", help="Seconds before a request gets 503; "
+                                          "also the grace period for in-flight requests at SIGTERM."),
+) -> None:
+    """Serve an index over HTTP: /search, /explain, /documents, the page at /, /metrics (extra: serve)."""
+    from uhdsearch._optional import require
+
+    require("fastapi", "serve")
+    uvicorn = require("uvicorn", "serve")
+    from uhdsearch.serving.app import create_app
+    from uhdsearch.serving.settings import ServeSettings, is_loopback
+
+    if not 0 < port < 65536:
+        raise UsageError(f"--port {port} must be between 1 and 65535")
+    loopback = is_loopback(host)
+    if not loopback:
+        logger.warning("listening on %s: reachable beyond this machine; %s", host,
+                       "writes need the API key" if api_key else "writes are off (no --api-key)")
+    settings = ServeSettings(max_query_chars=max_query_chars, max_k=max_k, max_batch=max_batch,
+                             max_body_bytes=max_body_bytes, request_timeout_s=request_timeout, api_key=api_key,
+                             loopback=loopback)
+    app = create_app(open_service(index_dir, model, data, bm25, not read_only, typical_sample), settings)
+    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=max(1, int(request_timeout)),
+                log_level="info")
+
+
+def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool, writable: bool,
+                 typical_sample: int):
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.evaluation.datasets import load_corpus
+    from uhdsearch.serving.service import SearchService
+
+    if bm25 and data is None:
+        raise UsageError("--bm25 needs --data (the texts to index)")
+    corpus = None
+    if data is not None:
+        corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
+    retriever = None
+    if bm25:
+        from uhdsearch.baselines.bm25 import BM25Retriever
+
+        retriever = BM25Retriever.build(corpus, show_progress=False)
+    encoder = UHDEncoder.from_pretrained(model)
+    logger.info("serving %s with %s", index_dir, model)
+    return SearchService.open(encoder, index_dir, corpus, writable, retriever,
+                              typical_sample if corpus else 0)

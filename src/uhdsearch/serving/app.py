@@ -1,0 +1,318 @@
+"""create_app(service, settings) -> FastAPI: the search API, the page at `/`, JSON errors, limits, metrics.
+
+Every error is `{"error": message}` with a 4xx status (5xx only for a bug or a timeout), never a traceback.
+Blocking work (encoding, index search) runs in the worker thread pool so the event loop keeps answering.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from pathlib import Path
+
+from fastapi import FastAPI, Header, Query as Param, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from uhdsearch.errors import UhdError
+from uhdsearch.serving.metrics import Metrics
+from uhdsearch.serving.schemas import AddRequest, DocumentOut, SearchRequest, SearchResponse
+from uhdsearch.serving.service import SearchOptions, SearchService, ServiceError, Snapshot
+from uhdsearch.serving.settings import ServeSettings
+from uhdsearch.types import Document, Query, Run
+
+logger = logging.getLogger(__name__)
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+def create_app(service: SearchService, settings: ServeSettings | None = None) -> FastAPI:
+    """The FastAPI app serving `service`; the service is closed (writer lock released) at shutdown."""
+    from contextlib import asynccontextmanager
+
+    settings = settings or ServeSettings()
+    metrics = Metrics()
+    service.on_encode = metrics.encode.observe
+    ready = threading.Event()
+
+    def warm_up() -> None:
+        service.snapshot.index.warm_up()
+        service.searcher(service.snapshot, SearchOptions()).search([Query("warm-up", "warm up")], 1)
+        ready.set()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        if service.typical is not None:
+            service.typical.start()
+        threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+        yield
+        service.close()
+
+    app = FastAPI(title="uhdsearch", summary="UHD-BERT sparse retrieval over HTTP", lifespan=lifespan)
+    app.state.service, app.state.settings, app.state.metrics, app.state.ready = service, settings, metrics, ready
+    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(_Measure, metrics=metrics)
+    _add_error_handlers(app)
+
+    async def blocking(fn, *args):
+        try:
+            return await asyncio.wait_for(run_in_threadpool(fn, *args), settings.request_timeout_s)
+        except asyncio.TimeoutError:
+            raise ServiceError(503, f"the request took longer than {settings.request_timeout_s:g} s") from None
+
+    def check_query(text: str, where: str = "q") -> None:
+        if len(text) > settings.max_query_chars:
+            raise ServiceError(422, f"{where}: the query has {len(text)} characters; at most "
+                                    f"{settings.max_query_chars} are allowed")
+
+    def check_k(k: int) -> None:
+        if k > settings.max_k:
+            raise ServiceError(422, f"k={k} is over the limit of {settings.max_k}")
+
+    def hits(run: Run, query: Query, snapshot: Snapshot) -> dict:
+        found = []
+        for rank, hit in enumerate(run.results.get(query.query_id, []), 1):
+            document = service.documents.get(hit.doc_id) or Document(hit.doc_id, "")
+            found.append({"doc_id": hit.doc_id, "score": hit.score, "rank": rank, "title": document.title,
+                          "snippet": _snippet(document.text, settings.snippet_chars)})
+        return {"query_id": query.query_id, "text": query.text, "hits": found}
+
+    def respond(system: str, k: int, queries: list[Query], run: Run, snapshot: Snapshot) -> dict:
+        return {"system": system, "k": k, "generation": snapshot.generation,
+                "results": [hits(run, q, snapshot) for q in queries]}
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/search", response_model=SearchResponse)
+    async def search_get(
+        q: str = Param(..., description="query text; an empty query gets no hits"),
+        k: int = Param(10, ge=1), scoring: str | None = Param(None, pattern="^(binary|weighted)$"),
+        query_k: int | None = Param(None, ge=0), bucket_weights: str | None = Param(None, description="e.g. 1,0.5"),
+        system: str = Param("uhd", pattern="^(uhd|bm25)$"),
+    ) -> dict:
+        """One query: the top-k documents with title and snippet (system=bm25: the BM25 ranking)."""
+        check_query(q)
+        check_k(k)
+        queries = [Query("q1", q)]
+        if system == "bm25":
+            run = await blocking(service.bm25_search, queries, k)
+            return respond("bm25", k, queries, run, service.snapshot)
+        options = SearchOptions(scoring, query_k, _weights(bucket_weights))
+        run, snapshot = await blocking(service.search, queries, k, options)
+        return respond("uhd", k, queries, run, snapshot)
+
+    @app.post("/search", response_model=SearchResponse)
+    async def search_post(body: SearchRequest) -> dict:
+        """A batch of queries; with `candidates`, re-rank those doc_ids instead of searching the whole index."""
+        if len(body.queries) > settings.max_batch:
+            raise ServiceError(413, f"{len(body.queries)} queries in one request; at most {settings.max_batch}")
+        for i, q in enumerate(body.queries):
+            check_query(q.text, f"queries[{i}].text")
+        check_k(body.k)
+        ids = [q.query_id for q in body.queries]
+        if len(set(ids)) != len(ids):
+            raise ServiceError(422, "queries: a query_id appears twice")
+        queries = [Query(q.query_id, q.text) for q in body.queries]
+        options = SearchOptions(body.scoring, body.query_k, body.bucket_weights)
+        run, snapshot = await blocking(service.search, queries, body.k, options, body.candidates)
+        return respond("uhd", body.k, queries, run, snapshot)
+
+    @app.get("/documents/{doc_id}", response_model=DocumentOut)
+    async def document(doc_id: str) -> dict:
+        found = service.document(doc_id)
+        if found is None:
+            raise ServiceError(404, f"doc_id {doc_id!r} is not in the index")
+        return {"doc_id": found.doc_id, "title": found.title, "text": found.text}
+
+    @app.get("/explain")
+    async def explain(q: str = Param(..., min_length=1), doc_id: str = Param(..., min_length=1),
+                      scoring: str | None = Param(None, pattern="^(binary|weighted)$"),
+                      query_k: int | None = Param(None, ge=0), bucket_weights: str | None = None) -> dict:
+        """The latent dimensions query and document share, per bucket: contribution, tokens, typical tokens."""
+        check_query(q)
+        options = SearchOptions(scoring, query_k, _weights(bucket_weights))
+        return await blocking(service.explain, q, doc_id, options)
+
+    def authorize(authorization: str | None, x_api_key: str | None) -> None:
+        token = x_api_key
+        if token is None and authorization is not None and authorization.lower().startswith("bearer "):
+            token = authorization[7:].strip()
+        refusal = settings.write_refusal(token)
+        if refusal is not None:
+            raise ServiceError(*refusal)
+
+    @app.post("/documents")
+    async def add_documents(body: AddRequest, authorization: str | None = Header(None),
+                            x_api_key: str | None = Header(None)) -> dict:
+        """Encode and add documents; searches see them after POST /commit."""
+        authorize(authorization, x_api_key)
+        if len(body.documents) > settings.max_documents_per_add:
+            raise ServiceError(413, f"{len(body.documents)} documents in one request; at most "
+                                    f"{settings.max_documents_per_add}")
+        documents = [Document(d.doc_id, d.text, d.title) for d in body.documents]
+        pending = await blocking(service.add, documents, body.replace)
+        return {"added": len(documents), "pending": pending}
+
+    @app.delete("/documents/{doc_id}")
+    async def delete_document(doc_id: str, authorization: str | None = Header(None),
+                              x_api_key: str | None = Header(None)) -> dict:
+        """Delete a document; searches stop returning it after POST /commit."""
+        authorize(authorization, x_api_key)
+        await blocking(service.delete, doc_id)
+        return {"deleted": doc_id}
+
+    @app.post("/commit")
+    async def commit(authorization: str | None = Header(None), x_api_key: str | None = Header(None)) -> dict:
+        """Make added and deleted documents durable and visible to searches, all at once."""
+        authorize(authorization, x_api_key)
+        done = await blocking(service.commit)
+        metrics.documents.set(done["n_documents"])
+        return done
+
+    @app.get("/health")
+    async def health() -> dict:
+        snapshot = service.snapshot
+        return {"status": "ok", "n_documents": snapshot.index.n_documents, "generation": snapshot.generation,
+                "variant": snapshot.index.variant, "n_buckets": snapshot.index.n_buckets,
+                "bm25": service.bm25 is not None, "document_texts": len(service.documents) > 0,
+                "writes": service.write_refusal is None and settings.write_refusal(settings.api_key) is None,
+                "typical_tokens": service.typical is not None and service.typical.ready}
+
+    @app.get("/ready")
+    async def is_ready() -> JSONResponse:
+        if not ready.is_set():
+            return JSONResponse({"error": "warming up"}, status_code=503)
+        return JSONResponse({"ready": True})
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        snapshot = service.snapshot
+        metrics.documents.set(snapshot.index.n_documents)
+        metrics.generation.set(-1 if snapshot.generation is None else snapshot.generation)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _weights(text: str | None) -> list[float] | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ServiceError(422, f"bucket_weights={text!r} must be comma-separated numbers, e.g. 1,0.5") from None
+
+
+def _snippet(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return cut + " …"
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return _error(exc.status, str(exc))
+
+    @app.exception_handler(UhdError)
+    async def user_error(_: Request, exc: UhdError) -> JSONResponse:
+        return _error(422, " ".join(str(exc).split()))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return _error(400, "the body is not valid JSON")
+        parts = [f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}" for e in errors[:5]]
+        return _error(422, "; ".join(parts))
+
+    @app.exception_handler(Exception)
+    async def bug(_: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unexpected error")
+        return _error(500, f"internal error ({type(exc).__name__}); see the server log")
+
+
+class _BodyLimit:
+    """413 for a body over `max_bytes`, whether it declares its length or streams it."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(send)
+        if scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS") and declared is None:
+            return await self.app(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                return await self._refuse(send)
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send) -> None:
+        await _error(413, f"the request body is over {self.max_bytes} bytes")({"type": "http"}, None, send)
+
+
+class _Measure:
+    """Request count and latency per route template (not per URL, which would be unbounded)."""
+
+    def __init__(self, app, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), 500
+
+        async def sending(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = scope.get("route")
+            endpoint = getattr(route, "path", "unmatched")
+            self.metrics.requests.labels(endpoint, scope["method"], str(status)).inc()
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)

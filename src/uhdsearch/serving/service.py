@@ -1,0 +1,246 @@
+"""SearchService: the encoder, the committed index snapshot that searches read, and the one writer.
+
+Searches take the current snapshot once and use only it, so a commit is seen whole or not at all: the writer
+changes its own SegmentedIndex instance, and readers move to the new commit only when `commit()` swaps in a
+reopened reader. Write requests run one at a time; a second one meanwhile gets a 409 rather than waiting.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from uhdsearch.errors import DataFormatError, IndexLockedError, UsageError
+from uhdsearch.index.base import SearchableIndex
+from uhdsearch.search.searcher import Searcher
+from uhdsearch.serving.documents import ADDED_FILE, DocumentStore
+from uhdsearch.serving.explain import TypicalTokens, dim_contributions, token_winners
+from uhdsearch.types import Document, Query, Run
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceError(Exception):
+    """A refusal with its HTTP status (404 unknown id, 405 static index, 409 busy writer, 423 locked index)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One committed state of the index; never changed once searches use it."""
+
+    index: SearchableIndex
+    generation: int | None
+
+    @cached_property
+    def number(self) -> dict[str, int]:
+        """Live doc_id -> doc number."""
+        return {d: n for n, d in enumerate(self.index.doc_ids) if d is not None}
+
+
+@dataclass
+class SearchOptions:
+    scoring: str | None = None
+    query_k: int | None = None  # None: the model's; 0: every active dimension
+    bucket_weights: Sequence[float] | None = None
+
+
+class _TimedEncoder:
+    """The encoder, with the time of every query encoding reported (the Searcher sees the same interface)."""
+
+    def __init__(self, encoder, report: Callable[[float], None]) -> None:
+        self._encoder = encoder
+        self._report = report
+
+    def __getattr__(self, name):
+        return getattr(self._encoder, name)
+
+    def encode(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self._encoder.encode(*args, **kwargs)
+        finally:
+            self._report(time.perf_counter() - start)
+
+
+@dataclass
+class SearchService:
+    """Everything the routes call; blocking methods, run in a worker thread by the app."""
+
+    encoder: object
+    snapshot: Snapshot
+    documents: DocumentStore
+    writer: object | None = None  # a writable SegmentedIndex
+    write_refusal: tuple[int, str] | None = None  # why writes are impossible (static or locked index)
+    bm25: object | None = None
+    typical: TypicalTokens | None = None
+    on_encode: Callable[[float], None] = lambda seconds: None
+    _write_lock: threading.Lock = field(default_factory=threading.Lock)
+    _pending: list[Document] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, encoder, index_path: Path, corpus: dict[str, Document] | None = None, writable: bool = True,
+             bm25=None, typical_sample: int = 0) -> SearchService:
+        """Load a static index or open a segmented one (its writer too when `writable` and the lock is free)."""
+        from uhdsearch.index.inverted import InvertedIndex
+        from uhdsearch.index.live.commit import list_generations
+        from uhdsearch.index.live.segments import SegmentedIndex
+
+        index_path = Path(index_path)
+        if not index_path.is_dir():
+            raise FileNotFoundError(f"no index directory at {index_path}")
+        writer, refusal, added = None, None, None
+        if list_generations(index_path):
+            added = index_path / ADDED_FILE
+            if writable:
+                try:
+                    writer = SegmentedIndex.open(index_path, writable=True)
+                except IndexLockedError as exc:
+                    refusal = (423, f"the index is locked by another writer: {exc}")
+            else:
+                refusal = (423, "the server was started read-only")
+            reader = SegmentedIndex.open(index_path)
+            snapshot = Snapshot(reader, reader.generation)
+        else:
+            snapshot = Snapshot(InvertedIndex.load(index_path), None)
+            refusal = (405, f"{index_path} is a static index; serve a segmented index to add or delete documents")
+        documents = DocumentStore(corpus, added)
+        typical = TypicalTokens(encoder, [d.full_text for d in documents.sample(typical_sample)]) \
+            if typical_sample > 0 else None
+        service = cls(encoder, snapshot, documents, writer, refusal, bm25, typical)
+        Searcher(encoder, snapshot.index)  # dim and bucket checks now, not on the first request
+        return service
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    # ------------------------------------------------------------------ reading
+    def searcher(self, snapshot: Snapshot, options: SearchOptions) -> Searcher:
+        searcher = Searcher(_TimedEncoder(self.encoder, self.on_encode), snapshot.index, scoring=options.scoring,
+                            query_k=options.query_k or None, bucket_weights=options.bucket_weights)
+        if options.query_k == 0:
+            searcher.query_k = None  # keep every active dimension, as the CLI's --query-k 0
+        return searcher
+
+    def search(self, queries: list[Query], k: int, options: SearchOptions,
+               candidates: dict[str, list[str]] | None = None) -> tuple[Run, Snapshot]:
+        snapshot = self.snapshot
+        searcher = self.searcher(snapshot, options)
+        if candidates is None:
+            return searcher.search(queries, k), snapshot
+        from uhdsearch.types import ScoredDoc
+
+        pool = Run({q: [ScoredDoc(d, 0.0) for d in ids] for q, ids in candidates.items()})
+        return searcher.rerank(queries, pool, k), snapshot
+
+    def bm25_search(self, queries: list[Query], k: int) -> Run:
+        if self.bm25 is None:
+            raise ServiceError(404, "no BM25 index: start the server with --bm25 (and --data)")
+        return self.bm25.search(queries, k)
+
+    def document(self, doc_id: str, snapshot: Snapshot | None = None) -> Document | None:
+        """The live document's text (title and text empty when no text was given), or None when not live."""
+        if doc_id not in (snapshot or self.snapshot).number:
+            return None
+        return self.documents.get(doc_id) or Document(doc_id, "")
+
+    def explain(self, text: str, doc_id: str, options: SearchOptions, max_dims: int = 50) -> dict:
+        snapshot = self.snapshot
+        number = snapshot.number.get(doc_id)
+        if number is None:
+            raise ServiceError(404, f"doc_id {doc_id!r} is not in the index")
+        searcher = self.searcher(snapshot, options)
+        query = searcher.encode([Query("q", text)])
+        shared = dim_contributions(snapshot.index, query, number, searcher.bucket_weights, searcher.scoring)
+        shared.sort(key=lambda row: (-row[3], row[0], row[1]))
+        query_tokens = token_winners(self.encoder, [text[:self._max_query_chars()]], "query")[0]
+        document = self.documents.get(doc_id)
+        document_tokens = token_winners(self.encoder, [document.full_text], "document")[0] if document else None
+        layers = self.encoder.layers
+        buckets = []
+        for b in range(snapshot.index.n_buckets):
+            mine = [row for row in shared if row[0] == b]
+            dims = []
+            for _, dim, value, contribution in mine[:max_dims]:
+                typical = self.typical.get(b, dim) if self.typical is not None else None
+                dims.append({
+                    "dim": dim, "contribution": contribution, "query_value": value,
+                    "query_tokens": _pairs(query_tokens[b].tokens_of(dim), "value"),
+                    "document_tokens": (_pairs(document_tokens[b].tokens_of(dim), "value")
+                                        if document_tokens else None),
+                    "typical_tokens": _pairs(typical, "count") if typical is not None else None,
+                })
+            buckets.append({"bucket": b, "layer": layers[b], "weight": searcher.bucket_weights[b],
+                            "score": sum(row[3] for row in mine), "n_matched": len(mine), "dims": dims})
+        return {"query": text, "doc_id": doc_id, "scoring": searcher.scoring,
+                "score": sum(row[3] for row in shared), "n_query_dims": int(sum(m.nnz for m in query.buckets)),
+                "document_text": document is not None,
+                "typical_tokens": "ready" if self.typical and self.typical.ready else
+                ("pending" if self.typical and self.typical.n_documents else "off"),
+                "buckets": buckets}
+
+    @staticmethod
+    def _max_query_chars() -> int:
+        from uhdsearch.search.searcher import MAX_QUERY_CHARS
+
+        return MAX_QUERY_CHARS
+
+    # ------------------------------------------------------------------ writing
+    def _writing(self) -> threading.Lock:
+        if self.write_refusal is not None:
+            raise ServiceError(*self.write_refusal)
+        if not self._write_lock.acquire(blocking=False):
+            raise ServiceError(409, "another write request is under way; retry when it has finished")
+        return self._write_lock
+
+    def add(self, documents: list[Document], replace: bool = False) -> int:
+        """Encode and add documents (visible to searches after the next commit); returns the pending count."""
+        lock = self._writing()
+        try:
+            ids = [d.doc_id for d in documents]
+            if len(set(ids)) != len(ids):
+                raise ServiceError(422, "the batch names a doc_id twice")
+            encoding = self.encoder.encode_document([d.full_text for d in documents], show_progress=False)
+            try:
+                self.writer.add(encoding, ids, replace=replace)
+            except DataFormatError as exc:
+                raise ServiceError(409, str(exc)) from None
+            self._pending.extend(documents)
+            return len(self._pending)
+        finally:
+            lock.release()
+
+    def delete(self, doc_id: str) -> None:
+        lock = self._writing()
+        try:
+            try:
+                self.writer.delete([doc_id])
+            except UsageError:
+                raise ServiceError(404, f"doc_id {doc_id!r} is not in the index") from None
+        finally:
+            lock.release()
+
+    def commit(self) -> dict:
+        """Make the pending changes durable and visible: texts first, then the index commit, then the swap."""
+        lock = self._writing()
+        try:
+            self.documents.save_added(self._pending)
+            generation = self.writer.commit()
+            self._pending = []
+            reader = self.snapshot.index.reopen()
+            self.snapshot = Snapshot(reader, reader.generation)
+            return {"generation": generation, "n_documents": reader.n_documents}
+        finally:
+            lock.release()
+
+def _pairs(items, name: str) -> list[dict]:
+    return [{"token": token, name: value} for token, value in items]

@@ -1,0 +1,151 @@
+"""End to end: the real server under uvicorn, the page driven in headless Chromium (Debian's chromium and
+chromium-driver, installed by scripts/setup.sh), checked against the JSON API; then SIGTERM."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("selenium")
+httpx = pytest.importorskip("httpx")
+
+CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
+                 if p and Path(p).is_file()), None)
+DRIVER = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").is_file() else None)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
+                       reason="no chromium / chromedriver binary: apt-get install chromium chromium-driver "
+                              "(scripts/setup.sh does, as root)"),
+]
+QUERY = "vitamin d deficiency and bone density"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(index_dir: Path, model_dir: Path, data: Path, port: int, *extra: str) -> subprocess.Popen:
+    src = Path(__file__).resolve().parents[2] / "src"
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = [sys.executable, "-m", "uhdsearch.cli.main", "serve", str(index_dir), "--model", str(model_dir),
+               "--data", str(data), "--bm25", "--port", str(port), *extra]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_ready(base: str, process: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited: {process.stdout.read()}")
+        try:
+            if httpx.get(f"{base}/ready", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{base} not ready after {timeout} s")
+
+
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(DRIVER), options=options)
+
+
+def drive_page(driver, base: str, query: str, compare: bool, screenshot: Path | None = None) -> dict:
+    """Type the query, search, open the first "why this matched"; returns what the page shows."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, 60)
+    driver.get(base + "/")
+    wait.until(lambda d: "documents" in d.find_element(By.ID, "status").text)
+    box = driver.find_element(By.ID, "q")
+    box.clear()
+    box.send_keys(query)
+    if compare:
+        wait.until(seen.visibility_of_element_located((By.ID, "compare"))).click()
+    driver.find_element(By.ID, "go").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#results li.hit"))
+    hits = [li.get_attribute("data-doc-id") for li in driver.find_elements(By.CSS_SELECTOR, "#results li.hit")]
+    bm25 = [li.get_attribute("data-doc-id") for li in driver.find_elements(By.CSS_SELECTOR, "#bm25-results li.hit")]
+    first = driver.find_element(By.CSS_SELECTOR, "#results li.hit")
+    first.find_element(By.CSS_SELECTOR, "button.why").click()
+    wait.until(lambda d: first.find_elements(By.CSS_SELECTOR, ".explain tr.dim"))
+    dims = {int(table.get_attribute("data-bucket")): [int(tr.get_attribute("data-dim"))
+                                                      for tr in table.find_elements(By.CSS_SELECTOR, "tr.dim")]
+            for table in first.find_elements(By.CSS_SELECTOR, ".explain table.dims")}
+    tokens = [td.text for td in first.find_elements(By.CSS_SELECTOR, ".explain tr.dim td:nth-child(3)")]
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(screenshot))
+    return {"hits": hits, "bm25": bm25, "dims": dims, "query_tokens": tokens}
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    port = free_port()
+    process = start_server(served / "index", served / "model", served / "corpus.jsonl", port,
+                           "--typical-sample", "40")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base, process)
+        yield base, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_the_page_shows_the_api_ranking_and_its_explanation(server, tmp_path):
+    base, _ = server
+    driver = browser()
+    try:
+        shown = drive_page(driver, base, QUERY, compare=True, screenshot=tmp_path / "serve.png")
+    finally:
+        driver.quit()
+    api = httpx.get(f"{base}/search", params={"q": QUERY, "k": 10}).json()["results"][0]["hits"]
+    assert shown["hits"] == [h["doc_id"] for h in api] and len(api) == 10
+    bm25 = httpx.get(f"{base}/search", params={"q": QUERY, "k": 10, "system": "bm25"}).json()["results"][0]["hits"]
+    assert shown["bm25"] == [h["doc_id"] for h in bm25]
+    explained = httpx.get(f"{base}/explain", params={"q": QUERY, "doc_id": api[0]["doc_id"]}).json()
+    assert shown["dims"] == {b["bucket"]: [d["dim"] for d in b["dims"]] for b in explained["buckets"]}
+    assert sum(map(len, shown["dims"].values())) > 0 and all(shown["query_tokens"])
+    assert (tmp_path / "serve.png").stat().st_size > 10_000
+
+
+def test_sigterm_finishes_the_request_in_flight(server):
+    base, process = server
+    body = {"queries": [{"query_id": str(i), "text": f"{QUERY} {i}"} for i in range(64)], "k": 100}
+    answer = {}
+
+    def ask():
+        answer["response"] = httpx.post(f"{base}/search", json=body, timeout=60)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    time.sleep(0.1)  # the batch takes longer than this to answer: SIGTERM arrives while it runs
+    process.send_signal(signal.SIGTERM)
+    asking.join(60)
+    # uvicorn shuts down gracefully, then re-raises the signal it caught (exit status -15), as a killed process.
+    assert process.wait(60) in (0, -signal.SIGTERM)
+    assert answer["response"].status_code == 200 and len(answer["response"].json()["results"]) == 64
+    log = process.stdout.read()
+    assert "Shutting down" in log and "Finished server process" in log
