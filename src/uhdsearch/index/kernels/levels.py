@@ -1,4 +1,4 @@
-"""Integer query weights at binary speed: each weight level becomes one more pass of the bit-sliced adder.
+"""Integer query weights over binary documents: each weight level becomes one more bucket of the bit-sliced adder.
 
 A query whose dims carry small integer weights (quantized IDF) scores sum(weight of each shared dim). Split by
 weight level v, that is sum over v of v x (binary overlap with the dims of level v): every bitmap row is read
@@ -6,6 +6,10 @@ once, as in a binary query, and each level keeps its own bit planes. The kernels
 buckets over the same postings with bucket weights v, so the scores are exact integers (float64 sums of them).
 Every bucket always gets all MAX_LEVEL virtual buckets, empty ones included (the kernels skip those at no cost):
 numba compiles the kernels once per number of buckets, ~20 s each on 2 cores.
+Measured at 100k documents (benchmarks/stop_dims_speed.py) this is ~120x a binary query, not binary speed: with
+several buckets the kernels bound each 64-document word by the sum of every level's largest count, which prunes
+almost nothing, so every word's counters are extracted. Summing the level planes into one bit-sliced counter
+(shifted adds) before the one-bucket comparator is the fix still to make.
 """
 from __future__ import annotations
 
