@@ -64,7 +64,8 @@ class Collection:
             if kept.buckets[0].nnz else np.zeros(kept.n)
         float_idf = SparseEncoding([m.copy() for m in kept.buckets])
         float_idf.buckets[0].data = weighting.idf_weights(0)[float_idf.buckets[0].indices].astype(np.float32)
-        plans = {"binary": (self.index, kept, "binary"), "binary-idf4": (self.index, weighting.quantize(kept), "quantized"),
+        plans = {"binary": (self.index, kept, "binary"),
+                 "binary-idf4": (self.index, weighting.quantize(kept), "quantized"),
                  "binary-idf-float": (self.ones, float_idf, "weighted"), "weighted": (self.index, kept, "weighted"),
                  "weighted-idf": (self.index, weighting.scale(kept), "weighted")}
         row = {"max_df": max_df, "query_dims": round(float(kept.active_per_row().mean()), 1),

@@ -38,8 +38,8 @@ def log(message: str) -> None:
 
 def timed(name: str, search, rows, **extra) -> dict:
     times = single_query_ms(search, rows)
-    row = {"system": name, "p50_ms": round(float(np.median(times)), 3), "p95_ms": round(float(np.quantile(times, 0.95)), 3),
-           "n_queries": len(rows), **extra}
+    row = {"system": name, "p50_ms": round(float(np.median(times)), 3),
+           "p95_ms": round(float(np.quantile(times, 0.95)), 3), "n_queries": len(rows), **extra}
     log(json.dumps(row))
     return row
 
