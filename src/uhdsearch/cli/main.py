@@ -179,6 +179,9 @@ def search(
     rerank: Optional[Path] = typer.Option(None, "--rerank", help="TREC run whose candidates to re-rank."),
     onnx: bool = typer.Option(False, "--onnx", help="Run the backbone through ONNX Runtime: ~2x faster query "
                               "encoding on a CPU, after a ~3 s export at start."),
+    max_df: Optional[float] = typer.Option(None, "--max-df", help="Drop query dims active in more than this "
+                                           "fraction of the documents (stop dimensions), e.g. 0.1."),
+    idf: bool = typer.Option(False, "--idf", help="Weight query dims by IDF (binary: 4-bit levels, exact)."),
 ) -> None:
     """Search an index; writes a TREC run to stdout."""
     from uhdsearch.encoder.model import UHDEncoder
@@ -202,7 +205,9 @@ def search(
     encoder = UHDEncoder.from_pretrained(model, **overrides)
     if onnx:
         encoder.use_onnx_runtime()
-    searcher = Searcher(encoder, InvertedIndex.load(index_dir), scoring=scoring)
+    if max_df is not None and not 0 < max_df <= 1:
+        raise UsageError(f"--max-df {max_df} must be a fraction of the documents in (0, 1]")
+    searcher = Searcher(encoder, InvertedIndex.load(index_dir), scoring=scoring, max_df=max_df, idf=idf)
     items = list(load_queries(queries).values()) if queries is not None else [Query("q1", query)]
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
     sys.stdout.write(format_run(run))

@@ -16,7 +16,8 @@ from uhdsearch.index.format import Variant
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import check_k
 
-Scoring = Literal["binary", "weighted"]
+Scoring = Literal["binary", "weighted", "quantized"]
+SCORINGS = ("binary", "weighted", "quantized")  # quantized: integer query weights x binary documents
 
 
 @runtime_checkable
@@ -95,8 +96,8 @@ def check_search_args(index: SearchableIndex, queries, k, bucket_weights, scorin
     check_k(k)
     if len(bucket_weights) != index.n_buckets:
         raise UsageError(f"{len(bucket_weights)} bucket weights for {index.n_buckets} buckets")
-    if scoring not in ("binary", "weighted"):
-        raise UsageError(f"scoring={scoring!r}; choose 'binary' or 'weighted'")
+    if scoring not in SCORINGS:
+        raise UsageError(f"scoring={scoring!r}; choose 'binary', 'weighted' or 'quantized'")
     if scoring == "weighted" and index.variant != "weighted":
         raise UsageError("weighted scoring needs a weighted index; build one with WeightedIndex")
     if deleted is not None:

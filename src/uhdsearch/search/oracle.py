@@ -30,6 +30,7 @@ def score_bucket(postings: Postings, dims: np.ndarray, values: np.ndarray, n_doc
     """Term-at-a-time scores of one query in one bucket; (n_docs,) float64.
 
     Binary: number of the query's active dims the document shares. Weighted: sum of query x document values.
+    Quantized: sum of the query's values over the dims the document shares.
     """
     starts, ends = postings.indptr[dims], postings.indptr[dims + 1]
     lengths = ends - starts
@@ -39,6 +40,8 @@ def score_bucket(postings: Postings, dims: np.ndarray, values: np.ndarray, n_doc
     docs = np.asarray(postings.docs)[positions]
     if scoring == "binary":
         return np.bincount(docs, minlength=n_docs).astype(np.float64)
+    if scoring == "quantized":
+        return np.bincount(docs, weights=np.repeat(values.astype(np.float64), lengths), minlength=n_docs)
     if postings.weights is None:
         raise UsageError("weighted scoring needs a WeightedIndex (this index stores no posting weights)")
     products = np.repeat(values.astype(np.float64), lengths) * np.asarray(postings.weights)[positions]
@@ -66,6 +69,8 @@ def brute_force_scores(
     """(n_queries, n_docs) float64 scores by sparse matrix products: the test oracle."""
     if scoring == "binary":
         documents, queries = documents.binarize(), queries.binarize()
+    elif scoring == "quantized":
+        documents = documents.binarize()
     total = np.zeros((queries.n, documents.n))
     for weight, q, d in zip(bucket_weights, queries.buckets, documents.buckets):
         total += weight * (q.astype(np.float64) @ d.astype(np.float64).T).toarray()

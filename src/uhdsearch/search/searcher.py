@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.base import Scoring, SearchableIndex, hits_per_query
+from uhdsearch.search.stopdims import QueryWeighting
 from uhdsearch.topk import tie_order
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Query, Run, ScoredDoc, as_queries, check_k, start_run
@@ -25,6 +26,10 @@ class Searcher:
 
     Args:
         query_k: top dimensions kept per query bucket (Table 4); None: the encoder config's query_k.
+        max_df: drop query dims active in more than this fraction of the index's documents (stop dimensions),
+            before query_k; None keeps them.
+        idf: weight the query dims by IDF: binary scoring sums 4-bit IDF levels of the shared dims (exact;
+            slower than binary today), weighted scoring multiplies the query values by the IDF.
 
     Example:
         >>> from uhdsearch.encoder.config import EncoderConfig
@@ -48,6 +53,8 @@ class Searcher:
         bucket_weights: Sequence[float] | None = None,
         name: str | None = None,
         query_selection: Literal["value", "value-idf"] = "value",
+        max_df: float | None = None,
+        idf: bool = False,
     ) -> None:
         config = encoder.config
         # Checked here, once, with the encoder named: the index's own checks only see encoded queries.
@@ -79,11 +86,14 @@ class Searcher:
             # Rank query dims by value x idf so that "stop dimensions" active in most documents go first.
             n = index.n_documents
             self._idf = [np.log((n + 1) / (index.document_frequencies(b) + 1)) for b in range(index.n_buckets)]
+        # document frequencies read once here (a segmented index sums them over its live documents)
+        self.weighting = QueryWeighting.of_index(index, max_df, idf) if (max_df is not None or idf) else None
+        self._kernel_scoring: Scoring = "quantized" if (idf and self.scoring == "binary") else self.scoring
         weights = tuple(bucket_weights) if bucket_weights is not None else config.weights
         if len(weights) != index.n_buckets:  # rerank scores without the index's search_encoded, which checks this
             raise UsageError(f"{len(weights)} bucket weights for {index.n_buckets} buckets")
         self.bucket_weights = weights
-        self.name = name or f"uhd-{self.scoring}"
+        self.name = name or f"uhd-{self.scoring}" + ("-idf" if idf else "") + (f"-df{max_df:g}" if max_df else "")
         self._documents: SparseEncoding | None = None  # the index's vectors, loaded by the first rerank
 
     def encode(self, queries: Sequence[Query]) -> SparseEncoding:
@@ -96,7 +106,14 @@ class Searcher:
         if cut.any():
             logger.warning("%d queries are longer than %d tokens and were truncated", int(cut.sum()),
                            self.encoder.config.query_max_length)
-        return encoded.truncate(self.query_k, self._idf)
+        if self.weighting is None:
+            return encoded.truncate(self.query_k, self._idf)
+        encoded = self.weighting.drop(encoded).truncate(self.query_k, self._idf)
+        if not self.weighting.idf:
+            return encoded
+        if self._kernel_scoring == "quantized":
+            return self.weighting.quantize(encoded)
+        return self.weighting.scale(encoded)
 
     def search(
         self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000, show_progress: bool = False
@@ -118,7 +135,7 @@ class Searcher:
         for start in tqdm(range(0, len(live), batch), desc="search", disable=not show_progress, leave=False):
             part = live[start:start + batch]
             numbers, scores = self.index.search_encoded(encoded[start:start + len(part)], k, self.bucket_weights,
-                                                        self.scoring)
+                                                        self._kernel_scoring)
             for query, hits in zip(part, hits_per_query(numbers, scores, doc_ids)):
                 run.results[query.query_id] = [ScoredDoc(d, s) for d, s in hits]
         return run
@@ -155,7 +172,7 @@ class Searcher:
 
     def _candidate_scores(self, query: SparseEncoding, numbers: np.ndarray) -> np.ndarray:
         """(len(numbers),) float64 Eq. 7 scores of one query against the given documents; <= 0 counts as 0."""
-        if self.scoring == "weighted" or not hasattr(self.index, "document_vectors"):
+        if self._kernel_scoring != "binary" or not hasattr(self.index, "document_vectors"):
             # Float sums in another order than the kernels' could split near-ties differently from search(),
             # so weighted scores come from the kernels themselves; binary overlaps are exact integers either way.
             return self._candidate_scores_by_search(query, numbers)
@@ -177,7 +194,7 @@ class Searcher:
         # document_vectors (SegmentedIndex).
         outside = np.ones(len(self.index.doc_ids), dtype=bool)  # doc numbers, deleted ones included
         outside[numbers] = False
-        found, scores = self.index.search_encoded(query, len(numbers), self.bucket_weights, self.scoring,
+        found, scores = self.index.search_encoded(query, len(numbers), self.bucket_weights, self._kernel_scoring,
                                                   deleted=outside)
         hits = found[0] >= 0
         score_of = dict(zip(found[0, hits].tolist(), scores[0, hits].tolist()))

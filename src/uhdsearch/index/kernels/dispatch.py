@@ -65,8 +65,17 @@ def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted:
     n_q = queries.n
     if n_q == 0 or depth == 0:
         return np.full((n_q, depth), -1, np.int64), np.zeros((n_q, depth))
-    n_buckets = len(buckets)
-    qptr, qdims, qvals = query_arrays(queries, n_buckets)
+    return search_arrays(buckets, n_documents, n_q, query_arrays(queries, len(buckets)), k, bucket_weights,
+                         weighted, deleted, n_threads)
+
+
+def search_arrays(buckets, n_documents: int, n_q: int, arrays, k: int, bucket_weights, weighted: bool,
+                  deleted: np.ndarray | None, n_threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """`search` over query arrays (qptr, qdims, qvals) already ordered by (query, bucket)."""
+    depth = min(k, n_documents)
+    if n_q == 0 or depth == 0:
+        return np.full((n_q, depth), -1, np.int64), np.zeros((n_q, depth))
+    qptr, qdims, qvals = arrays
     n_ranges = ranges_per_query(n_q, n_threads, n_documents)
     bounds = range_bounds(n_documents, n_ranges)
     out_docs = np.empty((n_q, n_ranges, depth), np.int64)

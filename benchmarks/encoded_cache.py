@@ -1,0 +1,90 @@
+"""Encodings of a BEIR collection by one model, computed once and cached (corpus and every query, untruncated).
+
+Encoding CISI or Medline with MiniLM takes minutes on 2 shared cores; the stop-dimension and lookup benchmarks
+read them many times. The cache is keyed by the collection's directory name and the model's digest.
+
+    .venv/bin/python benchmarks/encoded_cache.py --model out/quickstart/model --data ../shared/data/cisi
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from uhdsearch.sparse import SparseEncoding
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "out" / "encoded"
+
+
+def _save(path: Path, encoding: SparseEncoding, ids: list[str]) -> None:
+    arrays = {}
+    for b, m in enumerate(encoding.buckets):
+        arrays.update({f"b{b}_data": m.data, f"b{b}_indices": m.indices, f"b{b}_indptr": m.indptr})
+    arrays["dim"] = np.array(encoding.dim)
+    np.savez(path.with_suffix(".tmp.npz"), **arrays)
+    path.with_suffix(".tmp.npz").rename(path)
+    path.with_suffix(".ids.json").write_text(json.dumps(ids))
+
+
+def _load(path: Path) -> tuple[SparseEncoding, list[str]]:
+    with np.load(path, allow_pickle=False) as z:
+        dim = int(z["dim"])
+        n_buckets = sum(1 for name in z.files if name.endswith("_indptr"))
+        buckets = [sp.csr_matrix((z[f"b{b}_data"], z[f"b{b}_indices"], z[f"b{b}_indptr"]),
+                                 shape=(z[f"b{b}_indptr"].shape[0] - 1, dim)) for b in range(n_buckets)]
+    return SparseEncoding(buckets), json.loads(path.with_suffix(".ids.json").read_text())
+
+
+def encoded(model, data_dir: Path, kind: str, index: Path | None = None) -> tuple[SparseEncoding, list[str]]:
+    """(encoding, ids) of the collection's corpus ("document") or all its queries ("query"), cached.
+
+    index: a weighted index of this corpus built by `model`; its vectors are read instead of encoding again.
+    """
+    from uhdsearch.evaluation.datasets import load_corpus, load_queries
+
+    path = CACHE / f"{Path(data_dir).name}-{model.digest()}-{kind}.npz"
+    if path.exists():
+        return _load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "document" and index is not None:  # the documents an index already holds, same encoder
+        from uhdsearch.index.inverted import InvertedIndex
+
+        built = InvertedIndex.load(index)
+        if built.variant != "weighted" or built.encoder_digest != model.digest():
+            raise SystemExit(f"{index} is not a weighted index built by this model")
+        encoding, ids = built.document_vectors(), list(built.doc_ids)
+    elif kind == "document":
+        corpus = load_corpus(Path(data_dir) / "corpus.jsonl")
+        ids, texts = list(corpus), [d.full_text for d in corpus.values()]
+        encoding = model.encode(texts, "document", batch_size=32, show_progress=True)
+    else:
+        queries = load_queries(Path(data_dir) / "queries.jsonl")
+        ids, texts = list(queries), [q.text for q in queries.values()]
+        encoding = model.encode(texts, "query", batch_size=64)
+    _save(path, encoding, ids)
+    return encoding, ids
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--data", type=Path, nargs="+", required=True)
+    parser.add_argument("--index", type=Path, help="a weighted index of the (one) collection built by the model")
+    args = parser.parse_args(argv)
+    from uhdsearch.encoder.model import UHDEncoder
+
+    model = UHDEncoder.from_pretrained(args.model)
+    for data_dir in args.data:
+        for kind in ("query", "document"):
+            encoding, ids = encoded(model, data_dir, kind, args.index)
+            print(f"{data_dir.name} {kind}: {encoding.n} rows, {encoding.active_per_row().mean():.0f} active dims",
+                  file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Inference-free queries: a token -> sparse vector table built once from a UHD model; a query is the max-pool
+of its tokens' rows (the union of their active dims), so encoding a query is a tokenizer call and a gather.
+
+Documents keep the full encoder. Each row is the model's output for the token alone (`[CLS] token [SEP]`, the
+token's own WTA winners, L2-normalized), so the table knows no context: the price of skipping the backbone.
+`LookupEncoder` has the query side of `UHDEncoder`'s interface, so `Searcher(LookupEncoder(...), index)` works.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from uhdsearch.errors import ModelFormatError, UsageError
+from uhdsearch.sparse import SparseEncoding
+
+LOOKUP_FILE = "query_lookup.npz"
+
+
+def build_table(model, batch_size: int = 1024, token_ids=None) -> list[sp.csr_matrix]:
+    """(vocab, dim) CSR float32 per bucket: row t is the model's sparse vector of token t alone.
+
+    token_ids: only these rows (the others stay empty); None: the whole vocabulary (~1 min for MiniLM on 2 cores).
+    """
+    import torch
+
+    tokenizer = model.backbone.tokenizer
+    vocab = len(tokenizer)
+    wanted = np.arange(vocab) if token_ids is None else np.unique(np.asarray(token_ids, np.int64))
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    parts: list[list[sp.csr_matrix]] = [[] for _ in model.layers]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(wanted), batch_size):
+                ids = torch.from_numpy(wanted[start:start + batch_size])
+                input_ids = torch.stack([torch.full_like(ids, cls), ids, torch.full_like(ids, sep)], dim=1)
+                states = model._backbone_runner()(input_ids, torch.ones_like(input_ids), model.layers)
+                tokens = [s[:, 1] for s in states]  # the token's own state; each token is its own "text"
+                vectors = model.pool_tokens(tokens, torch.arange(len(ids)), len(ids))
+                for b, v in enumerate(vectors):
+                    parts[b].append(sp.csr_matrix(v.float().numpy()))
+    finally:
+        model.train(was_training)
+    place = sp.csr_matrix((np.ones(len(wanted), np.float32), (wanted, np.arange(len(wanted)))),
+                          shape=(vocab, len(wanted)))  # rows of the built tokens -> their vocabulary ids
+    return [(place @ sp.vstack(p, format="csr")).astype(np.float32).tocsr() for p in parts]
+
+
+class LookupEncoder:
+    """Query encoding by table lookup; `config`, `digest()` and `encode(texts, "query")` as UHDEncoder's.
+
+    Example:
+        >>> from uhdsearch.encoder.config import EncoderConfig
+        >>> from uhdsearch.encoder.model import UHDEncoder
+        >>> model = UHDEncoder.new(config=EncoderConfig(dim=1024, wta_k=8, query_k=None))
+        >>> words = model.backbone.tokenizer("bone density", add_special_tokens=False)["input_ids"]
+        >>> lookup = LookupEncoder.from_model(model, token_ids=words)
+        >>> q = lookup.encode(["bone density", "density bone"], "query")
+        >>> (q.buckets[0][0] != q.buckets[0][1]).nnz  # the pool forgets order
+        0
+    """
+
+    def __init__(self, tables: list[sp.csr_matrix], tokenizer, config, digest: str) -> None:
+        self.tables = [t.tocsr() for t in tables]
+        self.tokenizer = tokenizer
+        self.config = config
+        self._digest = digest
+        self._special = np.array(sorted(set(tokenizer.all_special_ids)), np.int64)
+
+    @classmethod
+    def from_model(cls, model, batch_size: int = 1024, token_ids=None) -> LookupEncoder:
+        return cls(build_table(model, batch_size, token_ids), model.backbone.tokenizer, model.config,
+                   model.digest())
+
+    def digest(self) -> str:
+        """The model's digest: indexes built by the model accept these queries."""
+        return self._digest
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write the table into the model directory (or any directory) as query_lookup.npz."""
+        path = Path(directory) / LOOKUP_FILE
+        arrays = {"digest": np.array(self._digest)}
+        for b, t in enumerate(self.tables):
+            arrays.update({f"b{b}_data": t.data, f"b{b}_indices": t.indices, f"b{b}_indptr": t.indptr})
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, model_dir: str | os.PathLike, model) -> LookupEncoder:
+        """Read model_dir/query_lookup.npz written for `model` (the digest must match)."""
+        path = Path(model_dir) / LOOKUP_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"no lookup table at {path}; build one with LookupEncoder.from_model(...).save")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                digest = str(z["digest"])
+                tables = [sp.csr_matrix((z[f"b{b}_data"], z[f"b{b}_indices"], z[f"b{b}_indptr"]),
+                                        shape=(z[f"b{b}_indptr"].shape[0] - 1, model.config.dim))
+                          for b in range(model.config.n_buckets)]
+        except (KeyError, ValueError) as exc:
+            raise ModelFormatError(f"{path} is not a valid lookup table: {exc}") from exc
+        if digest != model.digest():
+            raise ModelFormatError(f"{path} was built for model {digest}, not {model.digest()}; rebuild it")
+        return cls(tables, model.backbone.tokenizer, model.config, digest)
+
+    def encode(self, texts, kind: str = "query", **_) -> SparseEncoding:
+        """Max-pool of the table rows of each text's tokens (special tokens left out); queries only."""
+        if kind != "query":
+            raise UsageError("a lookup encoder encodes queries only; encode documents with the full model")
+        encoded = self.tokenizer(list(texts), add_special_tokens=False, truncation=True,
+                                 max_length=self.config.query_max_length, return_overflowing_tokens=False)
+        ids = [np.setdiff1d(np.asarray(x, np.int64), self._special) for x in encoded["input_ids"]]
+        truncated = np.array([bool(e.overflowing) for e in encoded.encodings], dtype=bool) \
+            if encoded.encodings is not None else np.zeros(len(ids), bool)
+        return SparseEncoding([_max_pool(t, ids) for t in self.tables], truncated)
+
+
+def _max_pool(table: sp.csr_matrix, ids: list[np.ndarray]) -> sp.csr_matrix:
+    """(len(ids), dim) CSR: row i is the element-wise max of table[ids[i]]."""
+    rows, cols, vals = [], [], []
+    for i, tokens in enumerate(ids):
+        if tokens.size == 0:
+            continue
+        block = table[tokens]
+        order = np.lexsort((-block.data, block.indices))  # by dim, largest value first
+        dims = block.indices[order]
+        first = np.concatenate(([True], dims[1:] != dims[:-1])) if dims.size else dims.astype(bool)
+        cols.append(dims[first])
+        vals.append(block.data[order][first])
+        rows.append(np.full(int(first.sum()), i, np.int64))
+    if not rows:
+        return sp.csr_matrix((len(ids), table.shape[1]), dtype=np.float32)
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                         shape=(len(ids), table.shape[1]), dtype=np.float32)
