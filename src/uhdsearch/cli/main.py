@@ -254,6 +254,12 @@ def compare_systems(
         typer.echo(f"wrote {out}")
 
 
+from uhdsearch.cli.study import report, study  # noqa: E402  (the studies' commands, issue 18)
+
+app.command()(study)
+app.command()(report)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one `error: ...` line on stderr and exit code 2; bugs stay bugs.
 
