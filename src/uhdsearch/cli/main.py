@@ -271,6 +271,10 @@ def compare_systems(
 from uhdsearch.cli.serve import serve  # noqa: E402
 
 app.command()(serve)
+from uhdsearch.cli.study import report, study  # noqa: E402  (the studies' commands, issue 18)
+
+app.command()(study)
+app.command()(report)
 
 
 def main(argv: list[str] | None = None) -> int:
