@@ -68,8 +68,9 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
         neural = NeuralSystems.load(Path(options["model"]), train, options["de_widths"], cache_dir,
                                     int(options["de_train_documents"]), seed)
         provenance = model_provenance(neural.model, options["model"])
-        encoded_q = neural.encode_cached([q.text for q in queries], "query", cache_dir / "queries", chunk, "queries")
-        encoded_b = neural.encode_cached(base_texts, "document", cache_dir / "base", 200, "relevant documents")
+        encodings = cache_dir / f"encodings-{neural.model.digest()[:16]}"  # UHD vectors belong to one model
+        encoded_q = neural.encode_cached([q.text for q in queries], "query", encodings / "queries", chunk, "queries")
+        encoded_b = neural.encode_cached(base_texts, "document", encodings / "base", 200, "relevant documents")
         from uhdsearch.studies.neural import stack
 
         q, b = stack(encoded_q), stack(encoded_b)
@@ -77,7 +78,7 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
             if not sizes:
                 continue
             parts = neural.encode_cached(texts[group][0][:max(sizes)], "document",
-                                         cache_dir / f"{group}-{seed}", chunk, f"{group} distractors")
+                                         encodings / f"{group}-{seed}", chunk, f"{group} distractors")
             rows += _neural_rows(neural, q, b, relevant, parts, group, sorted(sizes))
         angles = {name: _relevant_cosines(q[name], b[name], relevant).tolist() for name in neural.dense_names}
         provenance["dense_widths"] = neural.widths
