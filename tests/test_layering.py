@@ -154,7 +154,7 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (4, ("uhdsearch.baselines",)),
     (5, ("uhdsearch.training.recipe", "uhdsearch.training.presets", "uhdsearch.training.teachers",
          "uhdsearch.quickstart")),
-    (6, ("uhdsearch.experiments",)),
+    (6, ("uhdsearch.experiments", "uhdsearch.scale")),
     (7, ("uhdsearch.cli",)),
 ]
 # Pairs within one layer that must not meet: the index never sees the encoder, evaluation sees only the base.
