@@ -261,6 +261,11 @@ def compare_systems(
         typer.echo(f"wrote {out}")
 
 
+from uhdsearch.cli.scale import export_app  # noqa: E402 - typer only; its commands import ray/pymilvus lazily
+
+app.add_typer(export_app, name="export")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one `error: ...` line on stderr and exit code 2; bugs stay bugs.
 
