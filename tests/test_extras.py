@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # Top-level module names that only an extra installs (pyproject's optional-dependencies).
 EXTRA_MODULES = {"faiss": "dense", "onnxruntime": "onnx", "onnx": "onnx", "pytest": "dev", "hypothesis": "dev",
-                 "Stemmer": "dev", "ranx": "dev"}
+                 "Stemmer": "dev", "ranx": "dev", "ray": "ray", "pymilvus": "milvus", "milvus_lite": "milvus"}
 
 
 def _module_level_imports(path: Path) -> set[str]:

@@ -154,7 +154,7 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (4, ("uhdsearch.baselines",)),
     (5, ("uhdsearch.training.recipe", "uhdsearch.training.presets", "uhdsearch.training.teachers",
          "uhdsearch.quickstart")),
-    (6, ("uhdsearch.experiments", "uhdsearch.studies")),
+    (6, ("uhdsearch.experiments", "uhdsearch.studies", "uhdsearch.scale")),
     (6, ("uhdsearch.serving",)),
     (7, ("uhdsearch.cli",)),
 ]

@@ -150,6 +150,9 @@ def index(
     variant: str = typer.Option("binary", "--variant", help="binary or weighted."),
     batch_size: int = typer.Option(32, "--batch-size"),
     overwrite: bool = typer.Option(False, "--overwrite"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Encode on Ray: a cluster address, or 'local'; "
+                                      "writes a segmented index (extra: ray)."),
+    workers: int = typer.Option(2, "--workers", help="Ray encoding actors (with --ray)."),
 ) -> None:
     """Encode a corpus and write a binarized (or weighted) inverted index."""
     from uhdsearch.encoder.model import UHDEncoder
@@ -159,6 +162,10 @@ def index(
     if variant not in ("binary", "weighted"):
         raise UsageError(f"--variant {variant!r}; choose binary or weighted")
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
+    if ray is not None:
+        from uhdsearch.cli.scale import index_on_ray
+
+        return index_on_ray(model, corpus, out, variant, batch_size, overwrite, ray, workers)
     encoder = UHDEncoder.from_pretrained(model)
     klass = BinaryIndex if variant == "binary" else WeightedIndex
     built = klass.build(encoder, corpus, out, batch_size=batch_size, overwrite=overwrite)
@@ -275,6 +282,9 @@ from uhdsearch.cli.study import report, study  # noqa: E402  (the studies' comma
 
 app.command()(study)
 app.command()(report)
+from uhdsearch.cli.scale import export_app  # noqa: E402 - typer only; its commands import ray/pymilvus lazily
+
+app.add_typer(export_app, name="export")
 
 
 def main(argv: list[str] | None = None) -> int:
