@@ -179,6 +179,23 @@ def test_search_one_query_text(trained: Trained, scifact_mini_dir: Path, capsys)
     assert scores == sorted(scores, reverse=True)
 
 
+def test_search_opens_a_segmented_index_too(trained: Trained, tmp_path: Path, capsys) -> None:
+    from uhdsearch.index.inverted import InvertedIndex
+    from uhdsearch.index.live.segments import SegmentedIndex
+
+    static = InvertedIndex.load(trained.binary)
+    live = SegmentedIndex.create(tmp_path / "live", "binary", static.dim, static.n_buckets, static.encoder_digest)
+    live.add(static.document_vectors(), list(static.doc_ids))
+    live.commit()
+    live.close()
+    args = ("--query", "vitamin D and bone density", "--k", "5")
+    code, expected, err = _run(capsys, _search_args(trained, *args))
+    assert code == 0, err
+    code, out, err = _run(capsys, _search_args(trained, *args, index=tmp_path / "live"))
+    assert code == 0, err
+    assert [line.split()[2:4] for line in out.splitlines()] == [line.split()[2:4] for line in expected.splitlines()]
+
+
 def test_search_with_onnx_runtime_gives_the_same_run(trained: Trained, capsys) -> None:
     args = _search_args(trained, "--query", "vitamin D and bone density", "--k", "5")
     code, torch_out, err = _run(capsys, args)

@@ -214,7 +214,13 @@ def search(
         encoder.use_onnx_runtime()
     if max_df is not None and not 0 < max_df <= 1:
         raise UsageError(f"--max-df {max_df} must be a fraction of the documents in (0, 1]")
-    searcher = Searcher(encoder, InvertedIndex.load(index_dir), scoring=scoring, max_df=max_df, idf=idf)
+    from uhdsearch.index.live.commit import list_generations
+    from uhdsearch.index.live.segments import SegmentedIndex
+
+    # A directory with commit files is a segmented index (uhdsearch index --ray, live updates); else a static one.
+    segmented = index_dir.is_dir() and bool(list_generations(index_dir))
+    index = SegmentedIndex.open(index_dir) if segmented else InvertedIndex.load(index_dir)
+    searcher = Searcher(encoder, index, scoring=scoring, max_df=max_df, idf=idf)
     items = list(load_queries(queries).values()) if queries is not None else [Query("q1", query)]
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
     sys.stdout.write(format_run(run))
