@@ -243,9 +243,9 @@ def read_json(path: str | os.PathLike) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DataFormatError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg} (column {exc.colno})") from None
+        raise DataFormatError(f"{path} is not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
-        raise DataFormatError(f"{path}: JSON nested too deeply to read") from None
+        raise DataFormatError(f"{path} is not valid JSON: nested too deeply to read") from None
 
 
 _COMPRESSED = {b"\xfd7zXZ\x00": "xz", b"BZh": "bzip2", b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}

@@ -79,7 +79,9 @@ class Searcher:
             # Rank query dims by value x idf so that "stop dimensions" active in most documents go first.
             n = index.n_documents
             self._idf = [np.log((n + 1) / (index.document_frequencies(b) + 1)) for b in range(index.n_buckets)]
-        weights = tuple(bucket_weights) if bucket_weights is not None else config.weights
+        weights = tuple(float(w) for w in bucket_weights) if bucket_weights is not None else config.weights
+        if not all(np.isfinite(weights)):
+            raise UsageError(f"bucket_weights={list(weights)} must be finite numbers")
         if len(weights) != index.n_buckets:  # rerank scores without the index's search_encoded, which checks this
             raise UsageError(f"{len(weights)} bucket weights for {index.n_buckets} buckets")
         self.bucket_weights = weights
