@@ -279,6 +279,9 @@ def open_newest(
     for _ in range(OPEN_RETRIES):
         generations = list_generations(directory)
         if not generations:
+            if directory.is_dir() and not any(_not_from_create(p) for p in directory.iterdir()):
+                raise IndexFormatError(f"{directory} has no commit yet: its SegmentedIndex.create was interrupted "
+                                       "before the first commit; call SegmentedIndex.create on it again")
             raise IndexFormatError(f"not a segmented uhdsearch index: {directory} has no commit_<generation>.json "
                                    "(a plain index directory opens with InvertedIndex.load)")
         problems = []
