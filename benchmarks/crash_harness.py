@@ -5,7 +5,7 @@ Writers (each replaces its target with `overwrite=True`, alternating two version
     model       UHDEncoder.save_pretrained of a seeded tiny encoder (what `uhdsearch train` writes)
     quickstart  model/, index-binary/ and results.json in one output directory, in the quickstart's order
 
-A child process writes one version; it kills itself (SIGKILL) at swap step N (a step is the moment before or
+A forked child process writes one version; it kills itself (SIGKILL) at swap step N (a step is the moment before or
 after each rename, exchange, file replace, directory removal, or the first file removed by one), with the kernel's
 one-step exchange or with the fallback swap (move aside, move in), or the parent kills it at a random moment of
 the write. After every kill the target must open to version A or B and search exactly like it (the same doc
@@ -17,14 +17,17 @@ numbers and scores, the same model digest), and the next successful write must l
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import random
 import re
 import signal
-import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 
@@ -49,6 +52,7 @@ def encoding(version: int, n: int = N_DOCS, seed_offset: int = 0):
     return SparseEncoding([matrix])
 
 
+@functools.cache
 def tiny_model(version: int):
     import importlib.util
 
@@ -59,7 +63,7 @@ def tiny_model(version: int):
 
     torch.manual_seed(version)
     backbone = Path(list(importlib.util.find_spec("cognition").submodule_search_locations)[0]) / "model"
-    config = EncoderConfig(dim=DIM, wta_k=16, query_k=None, bucket_layers=(2,), document_max_length=64,
+    config = EncoderConfig(dim=DIM, wta_k=15 + version, query_k=None, bucket_layers=(2,), document_max_length=64,
                            query_max_length=16, wta_dtype="float32")
     return UHDEncoder.new(backbone, config).eval()
 
@@ -112,15 +116,17 @@ def install_kill_at(step: int, fallback: bool) -> list[str]:
     return names
 
 
-def child(writer: str, root: Path, version: int, step: int | None, fallback: bool) -> None:
+def child(writer: str, root: Path, version: int, step: int | None, fallback: bool, ready_fd: int) -> None:
+    """The forked writer: signal readiness on `ready_fd`, arm the kill, write one version, report the seconds."""
     from uhdsearch.index.inverted import BinaryIndex
     from uhdsearch.io import write_json
 
     enc = encoding(version)
     ids = [f"d{i}" for i in range(N_DOCS)]
     model = tiny_model(version) if writer in ("model", "quickstart") else None
-    steps = install_kill_at(step or 0, fallback) if step is not None or fallback else []
-    print("ready", flush=True)
+    if step is not None or fallback:
+        install_kill_at(step or 0, fallback)
+    os.write(ready_fd, b"ready\n")
     start = time.perf_counter()
     if writer == "index":
         BinaryIndex.from_encoding(enc, ids, root / "index", encoder_digest=f"v{version}", overwrite=True)
@@ -132,8 +138,7 @@ def child(writer: str, root: Path, version: int, step: int | None, fallback: boo
         model.save_pretrained(out / "model", overwrite=True)
         BinaryIndex.from_encoding(enc, ids, out / "index-binary", encoder_digest=model.digest(), overwrite=True)
         write_json(out / "results.json", {"version": version})
-    print("\n".join(steps), file=sys.stderr)
-    print(f"done {time.perf_counter() - start:.3f}", flush=True)
+    os.write(ready_fd, f"done {time.perf_counter() - start:.3f}\n".encode())
 
 
 # ------------------------------------------------------------------ the parent: kill, then check
@@ -177,26 +182,48 @@ def leftovers(writer: str, root: Path) -> list[str]:
 
 def run_child(writer: str, root: Path, version: int, step: int | None = None, fallback: bool = False,
               kill_after: float | None = None) -> tuple[str, float | None]:
-    """Run one write; returns ("done", seconds) or ("killed", None)."""
-    command = [sys.executable, __file__, "--child", writer, "--root", str(root), "--version", str(version)]
-    if step is not None:
-        command += ["--step", str(step)]
-    if fallback:
-        command += ["--fallback"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if line.strip() != "ready":
-        proc.wait()
-        raise RuntimeError(f"child failed before writing: {proc.stderr.read()[-2000:]}")
-    if kill_after is not None:
-        time.sleep(kill_after)
-        proc.send_signal(signal.SIGKILL)
-    out, err = proc.communicate()
-    if proc.returncode == -signal.SIGKILL:
+    """Fork a writer of one version; returns ("done", seconds) or ("killed", None).
+
+    Forked, not spawned: the child inherits the compiled numba kernels and the tiny models, so a kill costs the
+    write alone. The kill is a real SIGKILL of a separate process, from itself (`step`) or from here (`kill_after`).
+    """
+    warm_up(writer)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.close(read_fd)
+            child(writer, root, version, step, fallback, write_fd)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        ready = pipe.readline()
+        if ready and kill_after is not None:
+            time.sleep(kill_after)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        rest = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
         return "killed", None
-    if proc.returncode != 0:
-        raise RuntimeError(f"child exited {proc.returncode}: {err[-2000:]}")
-    return "done", float(out.split()[-1])
+    if not ready or os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"the {writer} writer failed (exit status {os.waitstatus_to_exitcode(status)})")
+    return "done", float(rest.split()[-1])
+
+
+@functools.cache
+def warm_up(writer: str) -> None:
+    """Compile the codec's numba functions and build the models here, once, before any fork."""
+    from uhdsearch.index.inverted import BinaryIndex
+
+    BinaryIndex.from_encoding(encoding(0, n=50), [f"d{i}" for i in range(50)], None)
+    if writer in ("model", "quickstart"):
+        tiny_model(1), tiny_model(2)
 
 
 def references(writer: str, root: Path) -> tuple[dict[int, dict[str, object]], float]:
@@ -209,9 +236,12 @@ def references(writer: str, root: Path) -> tuple[dict[int, dict[str, object]], f
     return refs, float(np.median(seconds))
 
 
-def harness(writer: str, root: Path, step_modes: tuple[bool, ...] = (False, True), max_steps: int = 60,
-            random_kills: int = 5, seed: int = 0, steps: list[int] | None = None) -> dict:
-    """Kill `writer` at every swap step (each mode) and `random_kills` times at random; check after each kill."""
+def harness(writer: str, root: Path, max_steps: int = 60, random_kills: int = 5, seed: int = 0,
+            plan: list[tuple[bool, int]] | None = None) -> dict:
+    """Kill `writer` at every swap step (both modes) and `random_kills` times at random; check after each kill.
+
+    `plan` replaces "every step" with chosen (fallback, step) pairs.
+    """
     rng = random.Random(seed)
     refs, seconds = references(writer, root)
     target_root = root / "live"
@@ -220,9 +250,8 @@ def harness(writer: str, root: Path, step_modes: tuple[bool, ...] = (False, True
     outcomes: Counter = Counter()
     kills = 0
     trials: list[tuple[str, int | None, bool, float | None]] = []
-    for fallback in step_modes:
-        for step in (steps or range(1, max_steps + 1)):
-            trials.append(("step", step, fallback, None))
+    plan = plan or [(fallback, step) for fallback in (False, True) for step in range(1, max_steps + 1)]
+    trials += [("step", step, fallback, None) for fallback, step in plan]
     trials += [("random", None, False, rng.uniform(0, seconds * 1.2)) for _ in range(random_kills)]
     finished_steps = set()
     for kind, step, fallback, delay in trials:
@@ -255,23 +284,12 @@ def harness(writer: str, root: Path, step_modes: tuple[bool, ...] = (False, True
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--child", choices=WRITERS)
-    parser.add_argument("--root", type=Path)
-    parser.add_argument("--version", type=int)
-    parser.add_argument("--step", type=int)
-    parser.add_argument("--fallback", action="store_true")
-    if argv is None and "--child" in sys.argv:
-        args = parser.parse_args()
-        child(args.child, args.root, args.version, args.step, args.fallback)
-        return
     parser.add_argument("--writers", type=settings.comma_list())
     parser.add_argument("--random-kills", type=int)
     parser.add_argument("--max-steps", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--out", type=Path, default=None)
     args, config, values = settings.parse_args(parser, "crash_harness", argv)
-    import tempfile
-
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for writer in args.writers:

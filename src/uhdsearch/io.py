@@ -98,7 +98,7 @@ def _siblings(target: Path, kind: str) -> list[tuple[Path, int | None]]:
         return found
     for p in entries:
         m = _SIBLING.fullmatch(p.name)
-        if m and m["name"] == target.name and m["kind"] == kind and p.is_dir():
+        if m and m["name"] == target.name and m["kind"] == kind:
             found.append((p, int(m["pid"]) if m["pid"] else None))
     return found
 
@@ -125,7 +125,7 @@ def recover_directory(target: str | os.PathLike) -> Path:
     target = Path(target)
     if target.exists():
         return target
-    olds = [p for p, pid in _siblings(target, "old") if not _alive(pid)]
+    olds = [p for p, pid in _siblings(target, "old") if not _alive(pid) and p.is_dir()]
     if not olds:
         return target
     newest = max(olds, key=lambda p: p.stat().st_mtime_ns)
@@ -138,13 +138,20 @@ def recover_directory(target: str | os.PathLike) -> Path:
 
 
 def remove_leftovers(target: str | os.PathLike) -> list[Path]:
-    """Remove the temporaries beside `target` that killed writers left (never those of a live writer)."""
+    """Remove the temporaries beside `target` that killed writers left (never those of a live writer).
+
+    Returns:
+        the directories and files removed.
+    """
     target = Path(target)
     removed = []
     for kind in ("tmp", "old"):
         for p, pid in _siblings(target, kind):
             if not _alive(pid):
-                shutil.rmtree(p, ignore_errors=True)
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
                 removed.append(p)
     return removed
 
@@ -211,10 +218,10 @@ def check_output_dir(out: str | os.PathLike, inputs: dict[str, str | os.PathLike
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write a text file through a temporary file and rename."""
+    """Write a text file through a temporary file and rename; removes temporaries that killed writers left."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-p{os.getpid()}-", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -227,6 +234,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         if _is_disk_full(exc):
             raise disk_full_error(path) from exc
         raise
+    remove_leftovers(path)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
+if BENCHMARKS not in sys.path:
+    sys.path.insert(0, BENCHMARKS)  # crash_harness.py, shared with the benchmark run
 
 
 @pytest.fixture(scope="session")
@@ -24,13 +29,22 @@ def index_dir(tmp_path_factory, mini_encoding, mini_data, tiny_encoder_session) 
     return path
 
 
+def _tmpfs(path: Path, size: str):
+    path.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    yield path
+    subprocess.run(["umount", str(path)], check=True)
+
+
 @pytest.fixture
 def small_mount(tmp_path):
-    """A 96 KiB tmpfs (root only; skipped elsewhere): a disk that fills, and that can be made read-only."""
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    """A 96 KiB tmpfs (root only; skipped elsewhere): a disk that fills."""
+    yield from _tmpfs(tmp_path / "mnt", "96k")
+
+
+@pytest.fixture
+def roomy_mount(tmp_path):
+    """A 16 MiB tmpfs (root only; skipped elsewhere) that a test can remount read-only."""
+    yield from _tmpfs(tmp_path / "mnt", "16m")

@@ -15,6 +15,7 @@ class WriteLock:
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / LOCK_FILE
+        self._file = None
         try:
             self._file = open(self.path, "a+b")  # noqa: SIM115 - held open for the lock's lifetime
         except OSError as exc:
@@ -35,6 +36,6 @@ class WriteLock:
         self.release()
 
     def release(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
             self._file.close()
