@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from uhdsearch.errors import DataFormatError, UsageError
-from uhdsearch.io import atomic_write_text
+from uhdsearch.io import atomic_write_text, read_lines
 
 logger = logging.getLogger(__name__)
 
@@ -79,13 +79,38 @@ class Run:
 
 
 def as_queries(queries: Mapping[str, str] | Sequence[Query] | Iterable[Query]) -> list[Query]:
-    """Accept {query_id: text} or Query records; return a list of Query."""
+    """Accept {query_id: text} or Query records; return a list of Query.
+
+    Raises:
+        TypeError: an item is not a Query, or a text is not a string.
+        UsageError: a query_id appears twice (one result list would silently replace the other), or a text
+            holds a lone surrogate (not valid Unicode; no tokenizer takes it).
+
+    Example:
+        >>> as_queries([Query("q1", "a"), Query("q1", "b")])
+        Traceback (most recent call last):
+        ...
+        uhdsearch.errors.UsageError: query_id 'q1' appears twice (items 0 and 1); query ids must be unique
+    """
     if isinstance(queries, Mapping):
-        return [Query(str(k), v) for k, v in queries.items()]
-    out = list(queries)
-    for q in out:
+        out = [Query(str(k), v) for k, v in queries.items()]
+    else:
+        out = list(queries)
+    first: dict[str, int] = {}
+    for i, q in enumerate(out):
         if not isinstance(q, Query):
             raise TypeError(f"expected Query records or a {{query_id: text}} mapping, got {type(q).__name__}")
+        if not isinstance(q.text, str):
+            raise TypeError(f"query {q.query_id!r}: text must be a string, got {type(q.text).__name__}")
+        try:
+            q.text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UsageError(f"query {q.query_id!r}: text holds a lone surrogate {q.text[exc.start]!r} at "
+                             f"character {exc.start + 1}: not valid Unicode text") from None
+        if q.query_id in first:
+            raise UsageError(f"query_id {q.query_id!r} appears twice (items {first[q.query_id]} and {i}); "
+                             "query ids must be unique")
+        first[q.query_id] = i
     return out
 
 
@@ -185,14 +210,14 @@ def load_run(path: str | os.PathLike) -> Run:
     scores keep the order the system wrote. The run name is taken from the first line.
 
     Args:
-        path: File to read. Blank lines are skipped.
+        path: File to read (UTF-8, gzip-compressed or not). Blank lines are skipped.
 
     Returns:
         The Run, queries in order of first appearance.
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        DataFormatError: a line does not have 6 columns, its rank is not an integer, its score is not
+        DataFormatError: the file is not UTF-8 text, a line does not have 6 columns, its rank is not an integer, its score is not
             a finite number, or it repeats a (query_id, doc_id) pair; the message names file and line.
 
     Example:
@@ -208,37 +233,36 @@ def load_run(path: str | os.PathLike) -> Run:
     results: dict[str, list[ScoredDoc]] = {}
     first_line: dict[tuple[str, str], int] = {}
     name: str | None = None
-    with open(path, encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            fields = line.split()
-            if len(fields) != 6:
-                raise DataFormatError(
-                    f"{path}:{line_no}: expected 6 columns (query_id Q0 doc_id rank score name), "
-                    f"got {len(fields)}: {line.rstrip()!r}"
-                )
-            query_id, _, doc_id, rank_text, score_text, tag = fields
-            try:
-                rank = int(rank_text)
-            except ValueError:
-                raise DataFormatError(f"{path}:{line_no}: rank must be an integer, got {rank_text!r}") from None
-            try:
-                score = float(score_text)
-            except ValueError:
-                raise DataFormatError(f"{path}:{line_no}: score must be a number, got {score_text!r}") from None
-            if not math.isfinite(score):
-                raise DataFormatError(f"{path}:{line_no}: score must be finite, got {score_text!r}")
-            key = (query_id, doc_id)
-            if key in first_line:
-                raise DataFormatError(
-                    f"{path}:{line_no}: duplicate doc_id {doc_id!r} for query {query_id!r} "
-                    f"(first on line {first_line[key]})"
-                )
-            first_line[key] = line_no
-            if name is None:
-                name = tag
-            results.setdefault(query_id, []).append((score, rank, doc_id))
+    for line_no, line in read_lines(path):
+        if not line.strip():
+            continue
+        fields = line.split()
+        if len(fields) != 6:
+            raise DataFormatError(
+                f"{path}:{line_no}: expected 6 columns (query_id Q0 doc_id rank score name), "
+                f"got {len(fields)}: {line.rstrip()!r}"
+            )
+        query_id, _, doc_id, rank_text, score_text, tag = fields
+        try:
+            rank = int(rank_text)
+        except ValueError:
+            raise DataFormatError(f"{path}:{line_no}: rank must be an integer, got {rank_text!r}") from None
+        try:
+            score = float(score_text)
+        except ValueError:
+            raise DataFormatError(f"{path}:{line_no}: score must be a number, got {score_text!r}") from None
+        if not math.isfinite(score):
+            raise DataFormatError(f"{path}:{line_no}: score must be finite, got {score_text!r}")
+        key = (query_id, doc_id)
+        if key in first_line:
+            raise DataFormatError(
+                f"{path}:{line_no}: duplicate doc_id {doc_id!r} for query {query_id!r} "
+                f"(first on line {first_line[key]})"
+            )
+        first_line[key] = line_no
+        if name is None:
+            name = tag
+        results.setdefault(query_id, []).append((score, rank, doc_id))
     ordered = {}
     for query_id, rows in results.items():
         rows.sort(key=lambda row: (-row[0], row[1], row[2]))  # ties keep the file's rank order

@@ -187,7 +187,7 @@ def test_build_rejects_empty_corpus_and_existing_target(tiny_encoder_session, mi
 
 
 def test_failed_write_leaves_no_half_index(mini_encoding, tmp_path):
-    with pytest.raises(ValueError, match="line breaks"):
+    with pytest.raises(ValueError, match=r"doc_id .bad\\nid. \(document 1\) is empty or contains whitespace"):
         BinaryIndex.from_encoding(mini_encoding[:2], ["ok", "bad\nid"], tmp_path / "idx")
     assert list(tmp_path.iterdir()) == []
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import Optional
@@ -14,6 +15,7 @@ from typing import Optional
 import typer
 
 from uhdsearch.errors import UhdError, UsageError
+from uhdsearch.io import check_output_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="UHD-BERT sparse retrieval: train, index, search, evaluate.")
@@ -38,9 +40,12 @@ def _layers(text: Optional[str]) -> tuple[int, ...]:
 
 def _weights(text: Optional[str]) -> Optional[tuple[float, ...]]:
     try:
-        return tuple(float(x) for x in text.split(",")) if text else None
+        weights = tuple(float(x) for x in text.split(",")) if text else None
     except ValueError:
         raise UsageError(f"--bucket-weights {text!r} must be comma-separated numbers, e.g. 1,0.5,1") from None
+    if weights and not all(math.isfinite(w) for w in weights):
+        raise UsageError(f"--bucket-weights {text!r}: every weight must be a finite number (not NaN or inf)")
+    return weights
 
 
 @app.command()
@@ -58,6 +63,7 @@ def quickstart(
     from uhdsearch.quickstart import run_quickstart
     from uhdsearch.training.presets import preset as named_preset
 
+    check_output_dir(out, {"--data": data, "--backbone": backbone})
     recipe = named_preset(preset) if preset is not None else None
     done = run_quickstart(out, data_dir=data, split=split, fast=fast, backbone=backbone, recipe=recipe,
                           overwrite=overwrite)
@@ -114,6 +120,7 @@ def train(
     from uhdsearch.training.presets import preset as named_preset
     from uhdsearch.training.recipe import load_train_split, train_on_collection
 
+    check_output_dir(out, {"--data": data, "--backbone": backbone})
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists; pass --overwrite to replace it")
     given = {"dim": dim, "wta_k": wta_k, "document_max_length": document_max_length, "epochs": epochs,
@@ -161,6 +168,9 @@ def index(
 
     if variant not in ("binary", "weighted"):
         raise UsageError(f"--variant {variant!r}; choose binary or weighted")
+    if batch_size <= 0:
+        raise UsageError(f"--batch-size {batch_size} must be a positive integer")
+    check_output_dir(out, {"--data": data, "--model": model})
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
     if ray is not None:
         from uhdsearch.cli.scale import index_on_ray

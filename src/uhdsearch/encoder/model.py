@@ -21,8 +21,9 @@ from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.onnx_backbone import OnnxBackbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
 from uhdsearch.errors import ModelFormatError, UsageError
-from uhdsearch.io import atomic_directory, read_json, write_json
+from uhdsearch.io import atomic_directory, read_json, recover_directory, write_json
 from uhdsearch.sparse import SparseEncoding
+from uhdsearch.types import check_k
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class UHDEncoder(nn.Module):
 
         Queries keep the config's query_k top dimensions per bucket.
         """
+        check_k(batch_size, "batch_size")
         parts: list[list[sp.csr_matrix]] = [[] for _ in self.layers]
         rows = list(range(states.n)) if rows is None else list(rows)
         with torch.inference_mode():
@@ -195,6 +197,7 @@ class UHDEncoder(nn.Module):
             Per-bucket (len(texts), dim) CSR float32; its `truncated` flags the texts cut to the kind's maximum
             number of tokens (``config.query_max_length`` or ``config.document_max_length``).
         """
+        check_k(batch_size, "batch_size")
         texts = list(texts)
         if not texts:
             return SparseEncoding([sp.csr_matrix((0, self.config.dim), dtype=np.float32) for _ in self.layers],
@@ -291,7 +294,7 @@ class UHDEncoder(nn.Module):
             FileNotFoundError: no such directory.
             ModelFormatError: not a uhdsearch model, or its files disagree.
         """
-        directory = Path(directory)
+        directory = recover_directory(directory)  # a swap cut short by a kill (uhdsearch.io.atomic_directory)
         if not directory.is_dir():
             raise FileNotFoundError(f"no model directory at {directory}")
         if not (directory / CONFIG_FILE).is_file():
@@ -299,7 +302,7 @@ class UHDEncoder(nn.Module):
         try:
             meta = read_json(directory / CONFIG_FILE)
         except ValueError as exc:
-            raise ModelFormatError(f"{directory / CONFIG_FILE} is not valid JSON: {exc}") from exc
+            raise ModelFormatError(str(exc)) from None
         config = EncoderConfig.from_json(meta, str(directory / CONFIG_FILE))
         if overrides:
             allowed = {"wta_k", "query_k", "bucket_weights", "query_max_length", "document_max_length"}
@@ -321,6 +324,9 @@ class UHDEncoder(nn.Module):
                 if key not in tensors:
                     raise ModelFormatError(f"{directory / WTA_FILE} lacks {key}")
                 target = getattr(wta, name)
+                if tensors[key].is_floating_point() and not torch.isfinite(tensors[key]).all():
+                    raise ModelFormatError(f"{directory / WTA_FILE}: {key} holds NaN or infinite values; the model "
+                                           "is corrupted (or training diverged)")
                 if tuple(tensors[key].shape) != tuple(target.shape):
                     raise ModelFormatError(
                         f"{key} has shape {tuple(tensors[key].shape)} but the config implies {tuple(target.shape)}"

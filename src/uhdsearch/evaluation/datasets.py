@@ -11,6 +11,7 @@ from typing import Any
 
 from uhdsearch.errors import DataFormatError
 from uhdsearch.evaluation.qrels import load_qrels
+from uhdsearch.io import read_lines
 from uhdsearch.types import Document, Qrels, Query
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ def load_beir(data_dir: str | os.PathLike, split: str = "test") -> BeirData:
     """Load a BEIR-layout directory: the whole corpus and the queries and qrels of one split.
 
     Args:
-        data_dir: Directory holding ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``.
+        data_dir: Directory holding ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``; each may be
+            gzip-compressed instead (``corpus.jsonl.gz``).
         split: Which qrels file to use (``"test"``, ``"dev"``, ``"train"``).
 
     Returns:
@@ -70,14 +72,14 @@ def load_beir(data_dir: str | os.PathLike, split: str = "test") -> BeirData:
     if not data_dir.is_dir():
         raise FileNotFoundError(f"BEIR data directory not found: {data_dir}")
     qrels_dir = data_dir / "qrels"
-    qrels_path = qrels_dir / f"{split}.tsv"
+    qrels_path = _plain_or_gzip(qrels_dir / f"{split}.tsv")
     if not qrels_path.is_file():
-        available = sorted(p.stem for p in qrels_dir.glob("*.tsv")) if qrels_dir.is_dir() else []
+        available = sorted({p.name.split(".")[0] for p in qrels_dir.glob("*.tsv*")}) if qrels_dir.is_dir() else []
         raise FileNotFoundError(
             f"no qrels for split {split!r} in {qrels_dir}; available: {', '.join(available) or 'none'}"
         )
-    corpus = load_corpus(data_dir / "corpus.jsonl")
-    all_queries = load_queries(data_dir / "queries.jsonl")
+    corpus = load_corpus(_plain_or_gzip(data_dir / "corpus.jsonl"))
+    all_queries = load_queries(_plain_or_gzip(data_dir / "queries.jsonl"))
     qrels = load_qrels(qrels_path)
     if not qrels:
         raise DataFormatError(f"{qrels_path} has no judgments")
@@ -164,29 +166,31 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line of a JSONL file.
 
     Args:
-        path: The JSONL file (UTF-8).
+        path: The JSONL file (UTF-8, gzip-compressed or not).
 
     Returns:
         An iterator of (1-based line number, parsed JSON object).
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        DataFormatError: a line is not valid JSON or not a JSON object; the message names file and line.
+        DataFormatError: a line is not UTF-8, not valid JSON or not a JSON object; the message names file and
+            line.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path}")
-    with open(path, encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(f"{path}:{line_no}: malformed JSON: {e.msg} (column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise DataFormatError(f"{path}:{line_no}: expected a JSON object, got {type(obj).__name__}")
-            yield line_no, obj
+    for line_no, line in read_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(f"{path}:{line_no}: malformed JSON: {e.msg} (column {e.colno})") from None
+        except RecursionError:
+            raise DataFormatError(f"{path}:{line_no}: JSON nested too deeply") from None
+        if not isinstance(obj, dict):
+            raise DataFormatError(f"{path}:{line_no}: expected a JSON object, got {type(obj).__name__}")
+        yield line_no, obj
 
 
 def bundled_dataset_dir(name: str = "scifact") -> Path:
@@ -227,8 +231,10 @@ def _read_id(obj: dict[str, Any], path: Path, line_no: int) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise DataFormatError(f"{path}:{line_no}: '_id' must be a string, got {type(value).__name__}")
     value = str(value)
-    if not value:
-        raise DataFormatError(f"{path}:{line_no}: '_id' is empty")
+    if not value or any(c.isspace() for c in value):
+        raise DataFormatError(f"{path}:{line_no}: '_id' {value!r} is empty or contains whitespace; "
+                              "TREC runs and qrels cannot hold it")
+    _check_unicode(value, "'_id'", path, line_no)
     return value
 
 
@@ -244,4 +250,20 @@ def _read_text(obj: dict[str, Any], key: str, path: Path, line_no: int, required
         return ""
     if not isinstance(value, str):
         raise DataFormatError(f"{path}:{line_no}: {key!r} must be a string, got {type(value).__name__}")
+    _check_unicode(value, repr(key), path, line_no)
     return value
+
+
+def _check_unicode(value: str, what: str, path: Path, line_no: int) -> None:
+    # JSON escapes can spell lone surrogates (\\ud800), which no tokenizer or UTF-8 file can take.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataFormatError(f"{path}:{line_no}: {what} holds a lone surrogate {value[exc.start]!r} "
+                              f"at character {exc.start + 1}: not valid Unicode text") from None
+
+
+def _plain_or_gzip(path: Path) -> Path:
+    """`path`, or its gzip-compressed twin ``path.gz`` where only that exists."""
+    gz = path.with_name(path.name + ".gz")
+    return gz if not path.exists() and gz.exists() else path

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from uhdsearch.errors import DataFormatError, UsageError
-from uhdsearch.io import atomic_write_text
+from uhdsearch.io import atomic_write_text, read_lines
 from uhdsearch.types import Qrels
 
 logger = logging.getLogger(__name__)
@@ -27,14 +27,14 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
     Blank lines are skipped.
 
     Args:
-        path: File to read.
+        path: File to read (UTF-8, gzip-compressed or not).
 
     Returns:
         query_id -> doc_id -> relevance, queries and documents in file order.
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        DataFormatError: a line has the wrong number of columns, a relevance that is not an integer,
+        DataFormatError: the file is not UTF-8 text, a line has the wrong number of columns, a relevance that is not an integer,
             or repeats a (query_id, doc_id) pair; the message names the file and the 1-based line.
 
     Example:
@@ -50,46 +50,45 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
     qrels: Qrels = {}
     first_line: dict[tuple[str, str], int] = {}
     n_columns: int | None = None
-    with open(path, encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
+    for line_no, line in read_lines(path):
+        if not line.strip():
+            continue
+        fields = line.split()
+        if n_columns is None:
+            if tuple(column.lower() for column in fields) == BEIR_HEADER:
+                n_columns = 3
                 continue
-            fields = line.split()
-            if n_columns is None:
-                if tuple(column.lower() for column in fields) == BEIR_HEADER:
-                    n_columns = 3
-                    continue
-                n_columns = len(fields)
-                if n_columns not in (3, 4):
-                    raise DataFormatError(
-                        f"{path}:{line_no}: expected 3 columns (BEIR: query-id corpus-id score) or "
-                        f"4 (TREC: query-id iteration doc-id relevance), got {n_columns}: {line.rstrip()!r}"
-                    )
-            if len(fields) != n_columns:
-                layout = (
-                    "BEIR: query-id corpus-id score" if n_columns == 3
-                    else "TREC: query-id iteration doc-id relevance"
-                )
+            n_columns = len(fields)
+            if n_columns not in (3, 4):
                 raise DataFormatError(
-                    f"{path}:{line_no}: expected {n_columns} columns ({layout}) like the first line, "
-                    f"got {len(fields)}: {line.rstrip()!r}"
+                    f"{path}:{line_no}: expected 3 columns (BEIR: query-id corpus-id score) or "
+                    f"4 (TREC: query-id iteration doc-id relevance), got {n_columns}: {line.rstrip()!r}"
                 )
-            query_id, doc_id, relevance_text = (fields[0], fields[1], fields[2]) if n_columns == 3 else (
-                fields[0], fields[2], fields[3])
-            try:
-                relevance = int(relevance_text)
-            except ValueError:
-                raise DataFormatError(
-                    f"{path}:{line_no}: relevance must be an integer, got {relevance_text!r}"
-                ) from None
-            key = (query_id, doc_id)
-            if key in first_line:
-                raise DataFormatError(
-                    f"{path}:{line_no}: duplicate judgment for query {query_id!r} and document {doc_id!r} "
-                    f"(first on line {first_line[key]})"
-                )
-            first_line[key] = line_no
-            qrels.setdefault(query_id, {})[doc_id] = relevance
+        if len(fields) != n_columns:
+            layout = (
+                "BEIR: query-id corpus-id score" if n_columns == 3
+                else "TREC: query-id iteration doc-id relevance"
+            )
+            raise DataFormatError(
+                f"{path}:{line_no}: expected {n_columns} columns ({layout}) like the first line, "
+                f"got {len(fields)}: {line.rstrip()!r}"
+            )
+        query_id, doc_id, relevance_text = (fields[0], fields[1], fields[2]) if n_columns == 3 else (
+            fields[0], fields[2], fields[3])
+        try:
+            relevance = int(relevance_text)
+        except ValueError:
+            raise DataFormatError(
+                f"{path}:{line_no}: relevance must be an integer, got {relevance_text!r}"
+            ) from None
+        key = (query_id, doc_id)
+        if key in first_line:
+            raise DataFormatError(
+                f"{path}:{line_no}: duplicate judgment for query {query_id!r} and document {doc_id!r} "
+                f"(first on line {first_line[key]})"
+            )
+        first_line[key] = line_no
+        qrels.setdefault(query_id, {})[doc_id] = relevance
     logger.debug("read %d judgments for %d queries from %s", len(first_line), len(qrels), path)
     return qrels
 

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from uhdsearch._version import __version__
-from uhdsearch.errors import IndexFormatError
+from uhdsearch.errors import DataFormatError, IndexFormatError
 from uhdsearch.io import read_json
 
 FORMAT = "uhd-index"
@@ -33,6 +34,23 @@ def all_files(n_buckets: int, variant: Variant) -> list[str]:
     for b in range(n_buckets):
         names.extend(bucket_files(b, variant).values())
     return names
+
+
+def check_doc_ids(doc_ids: Sequence[str]) -> None:
+    """Refuse ids that the index or the project's outputs cannot hold, before anything is encoded or written.
+
+    Raises:
+        DataFormatError: a duplicate id, or an empty id or one with whitespace (TREC runs and doc_ids.txt are
+            whitespace- and line-separated); names the id and its position.
+    """
+    seen: set[str] = set()
+    for i, d in enumerate(doc_ids):
+        if not d or any(c.isspace() for c in d):
+            raise DataFormatError(f"doc_id {d!r} (document {i}) is empty or contains whitespace; TREC runs "
+                                  "cannot hold it: give every document an id without spaces")
+        if d in seen:
+            raise DataFormatError(f"duplicate doc_id {d!r}: every document needs a unique id")
+        seen.add(d)
 
 
 def file_digest(path: str | os.PathLike) -> str:
@@ -79,7 +97,7 @@ def read_meta(directory: Path, verify: bool | None = None) -> dict[str, Any]:
     try:
         meta = read_json(meta_path)
     except ValueError as exc:
-        raise IndexFormatError(f"{meta_path} is not valid JSON ({exc}); the index is corrupted") from exc
+        raise IndexFormatError(f"{exc}; the index is corrupted") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise IndexFormatError(f"{meta_path}: format is {found!r}; this version reads {FORMAT!r} indexes")

@@ -19,14 +19,14 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.errors import DataFormatError, IndexFormatError, UsageError
+from uhdsearch.errors import IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.base import Scoring, check_search_args
 from uhdsearch.index.kernels import dispatch
 from uhdsearch.index.kernels.levels import level_arrays, level_weights
 from uhdsearch.index.kernels.validation import blocks_are_valid
 from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
-from uhdsearch.io import atomic_directory, load_npy, prefault_all, save_npy, write_json
+from uhdsearch.io import atomic_directory, load_npy, prefault_all, recover_directory, save_npy, write_json
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Document
 
@@ -219,7 +219,7 @@ class InvertedIndex:
         Raises:
             FileNotFoundError, IndexFormatError: see `uhdsearch.index.format.read_meta`.
         """
-        directory = Path(path)
+        directory = recover_directory(path)  # a swap cut short by a kill (uhdsearch.io.atomic_directory)
         meta = fmt.read_meta(directory, verify=verify)
         variant = meta["variant"]
         klass = WeightedIndex if variant == "weighted" else BinaryIndex
@@ -362,11 +362,7 @@ def _read_only(postings: CompressedPostings) -> CompressedPostings:
 
 
 def _check_unique(doc_ids: Sequence[str]) -> None:
-    seen: set[str] = set()
-    for d in doc_ids:
-        if d in seen:
-            raise DataFormatError(f"duplicate doc_id {d!r}: every document needs a unique id")
-        seen.add(d)
+    fmt.check_doc_ids(doc_ids)
 
 
 def _check_documents(documents: Sequence[Document]) -> None:

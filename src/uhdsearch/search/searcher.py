@@ -89,7 +89,9 @@ class Searcher:
         # document frequencies read once here (a segmented index sums them over its live documents)
         self.weighting = QueryWeighting.of_index(index, max_df, idf) if (max_df is not None or idf) else None
         self._kernel_scoring: Scoring = "quantized" if (idf and self.scoring == "binary") else self.scoring
-        weights = tuple(bucket_weights) if bucket_weights is not None else config.weights
+        weights = tuple(float(w) for w in bucket_weights) if bucket_weights is not None else config.weights
+        if not all(np.isfinite(weights)):
+            raise UsageError(f"bucket_weights={list(weights)} must be finite numbers")
         if len(weights) != index.n_buckets:  # rerank scores without the index's search_encoded, which checks this
             raise UsageError(f"{len(weights)} bucket weights for {index.n_buckets} buckets")
         self.bucket_weights = weights

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import warnings
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -99,7 +100,7 @@ def read_commit(directory: Path, generation: int) -> dict[str, Any]:
     raw = path.read_bytes()
     try:
         body = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise IndexFormatError(f"{path} is not valid JSON ({exc}): truncated or corrupted") from exc
     if not isinstance(body, dict) or "checksum" not in body:
         raise IndexFormatError(f"{path} has no checksum: not a commit file of a segmented uhdsearch index")
@@ -229,20 +230,30 @@ def write_next_commit(
 def create_directory(directory: Path, body: dict[str, Any]) -> WriteLock:
     """Make `directory` a new index whose first commit is `body`; returns the write lock, held.
 
+    A directory that holds only a lock file and temporaries is a create() that was killed before its first
+    commit: it is created again (its temporaries removed under the lock).
+
     Raises:
         FileExistsError: `directory` exists and is not empty.
     """
-    if directory.exists() and any(p.name != LOCK_FILE for p in directory.iterdir()):
+    if directory.exists() and any(_not_from_create(p) for p in directory.iterdir()):
         raise FileExistsError(f"{directory} already exists and is not empty; choose a new path or "
                               "open it with SegmentedIndex.open")
     directory.mkdir(parents=True, exist_ok=True)
     lock = WriteLock(directory)
     try:
+        for p in directory.iterdir():
+            if TEMPORARY_PATTERN.fullmatch(p.name):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
         write_commit(directory, body)
     except BaseException:
         lock.release()
         raise
     return lock
+
+
+def _not_from_create(p: Path) -> bool:
+    return p.name != LOCK_FILE and not TEMPORARY_PATTERN.fullmatch(p.name)
 
 
 def write_segment(
@@ -268,6 +279,9 @@ def open_newest(
     for _ in range(OPEN_RETRIES):
         generations = list_generations(directory)
         if not generations:
+            if directory.is_dir() and not any(_not_from_create(p) for p in directory.iterdir()):
+                raise IndexFormatError(f"{directory} has no commit yet: its SegmentedIndex.create was interrupted "
+                                       "before the first commit; call SegmentedIndex.create on it again")
             raise IndexFormatError(f"not a segmented uhdsearch index: {directory} has no commit_<generation>.json "
                                    "(a plain index directory opens with InvertedIndex.load)")
         problems = []

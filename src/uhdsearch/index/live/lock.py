@@ -1,6 +1,7 @@
 """The single-writer lock of a segmented index: an advisory fcntl lock on <index>/write.lock."""
 from __future__ import annotations
 
+import errno
 import fcntl
 from pathlib import Path
 
@@ -14,7 +15,14 @@ class WriteLock:
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / LOCK_FILE
-        self._file = open(self.path, "a+b")  # noqa: SIM115 - held open for the lock's lifetime
+        self._file = None
+        try:
+            self._file = open(self.path, "a+b")  # noqa: SIM115 - held open for the lock's lifetime
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise IndexLockedError(f"{directory} is not writable ({exc.strerror}), so it cannot be changed; open "
+                                   "it read-only (writable=False), which needs no lock file") from None
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
@@ -28,6 +36,6 @@ class WriteLock:
         self.release()
 
     def release(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
             self._file.close()
