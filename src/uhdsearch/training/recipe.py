@@ -53,7 +53,7 @@ class Recipe:
 
     >>> recipe = Recipe(dim=8_192, epochs=2.0)
     >>> (recipe.encoder.dim, recipe.dim, recipe.wta_k, recipe.training.epochs, recipe.ict_per_document)
-    (8192, 8192, 40, 2.0, 2)
+    (8192, 8192, 40, 2.0, 1)
     >>> dataclasses.replace(recipe, learning_rate=1e-3).training.learning_rate
     0.001
     """
