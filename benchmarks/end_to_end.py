@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_speed import dictionary_texts  # noqa: E402
+from speed_peers import dictionary_texts  # noqa: E402
 from settings import parse_args, record  # noqa: E402
 
 from uhdsearch.encoder.model import UHDEncoder  # noqa: E402

@@ -24,7 +24,9 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_speed import K, dictionary_texts, single_query_ms, write_seismic_rows  # noqa: E402
+from speed_common import K, single_query_ms  # noqa: E402
+from speed_peers import dictionary_texts  # noqa: E402
+from speed_seismic import write_seismic_rows  # noqa: E402
 from settings import parse_args, record  # noqa: E402
 
 from uhdsearch.baselines.splade import SpladeEncoder  # noqa: E402

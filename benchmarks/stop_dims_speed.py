@@ -25,7 +25,9 @@ from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.search.stopdims import QueryWeighting
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_speed import bench_bm25s, load_stats, single_query_ms  # noqa: E402
+from speed_common import single_query_ms  # noqa: E402
+from speed_peers import bench_bm25s  # noqa: E402
+from speed_stats import load_stats  # noqa: E402
 from settings import ROOT, comma_list, parse_args, record  # noqa: E402
 
 OUT_JSON = ROOT / "benchmarks" / "results" / "stop_dims_speed.json"
