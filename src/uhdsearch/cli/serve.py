@@ -34,6 +34,12 @@ def serve(
     max_body_bytes: int = typer.Option(1_048_576, "--max-body-bytes"),
     request_timeout: float = typer.Option(30.0, "--request-timeout", help="Seconds before a request gets 503; "
                                           "also the grace period for in-flight requests at SIGTERM."),
+    shards: int = typer.Option(0, "--shards", help="Split a static index into N shards searched in parallel on "
+                               "Ray actors (extra: ray); read-only. 0: one index in this process."),
+    ray_address: Optional[str] = typer.Option(None, "--ray", help="With --shards: a Ray cluster address, or "
+                                              "'local' (the default) for a local cluster."),
+    shard_dir: Optional[Path] = typer.Option(None, "--shard-dir", help="With --shards: where the shards are "
+                                             "written (reused when they match the index); default: a temp dir."),
 ) -> None:
     """Serve an index over HTTP: /search, /explain, /documents, the page at /, /metrics (extra: serve)."""
     from uhdsearch._optional import require
@@ -52,13 +58,18 @@ def serve(
     settings = ServeSettings(max_query_chars=max_query_chars, max_k=max_k, max_batch=max_batch,
                              max_body_bytes=max_body_bytes, request_timeout_s=request_timeout, api_key=api_key,
                              loopback=loopback)
-    app = create_app(open_service(index_dir, model, data, bm25, not read_only, typical_sample), settings)
+    if shards < 0:
+        raise UsageError(f"--shards {shards} must be 0 (no sharding) or a positive number of shards")
+    if (ray_address or shard_dir) and not shards:
+        raise UsageError("--ray and --shard-dir apply to --shards N")
+    sharding = (shards, None if ray_address in (None, "local") else ray_address, shard_dir) if shards else None
+    app = create_app(open_service(index_dir, model, data, bm25, not read_only, typical_sample, sharding), settings)
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=max(1, int(request_timeout)),
                 log_level="info")
 
 
 def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool, writable: bool,
-                 typical_sample: int):
+                 typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path]] | None = None):
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_corpus
     from uhdsearch.serving.service import SearchService
@@ -75,5 +86,11 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
         retriever = BM25Retriever.build(corpus, show_progress=False)
     encoder = UHDEncoder.from_pretrained(model)
     logger.info("serving %s with %s", index_dir, model)
+    if sharding is not None:
+        from uhdsearch.scale.sharded_service import open_sharded_service
+
+        n_shards, address, shard_dir = sharding
+        return open_sharded_service(encoder, index_dir, n_shards, address, shard_dir, corpus, retriever,
+                                    typical_sample if corpus else 0)
     return SearchService.open(encoder, index_dir, corpus, writable, retriever,
                               typical_sample if corpus else 0)
