@@ -182,3 +182,20 @@ def test_the_head_and_query_length_are_chosen_together_on_dev_and_ties_keep_the_
                                                                                tiny_encoder.config.query_max_length)
     with pytest.raises(ValueError, match="query_lengths"):
         Recipe(query_lengths=(32, 0))
+
+
+def test_dev_teacher_judges_the_dev_split_whatever_teacher_distils(tiny_encoder, mini_data):
+    import copy
+
+    documents = list(mini_data.corpus.values())
+    base = dict(dim=1024, wta_k=8, document_max_length=64, ict_per_document=1, eval_every=1, max_steps=1,
+                dev_share=0.2, judged_depth=5, loss="kl")
+    step0 = {}
+    for teacher, dev_teacher in (("dense", None), ("sum-of-max", "dense"), ("sum-of-max", None)):
+        result, _ = train_on_collection(copy.deepcopy(tiny_encoder), documents, None,
+                                        Recipe(teacher=teacher, dev_teacher=dev_teacher, **base), show_progress=False)
+        step0[teacher, dev_teacher] = result.evals[0][1]  # the same untrained head, judged by the dev teacher
+    assert step0["sum-of-max", "dense"] == step0["dense", None]
+    assert step0["sum-of-max", None] != step0["dense", None]  # the judge matters: the dev scores are not comparable
+    with pytest.raises(ValueError, match="dev_teacher='oracle'"):
+        Recipe(dev_teacher="oracle")

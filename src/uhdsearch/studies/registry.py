@@ -21,7 +21,7 @@ from uhdsearch.io import atomic_write_text
 
 REPORTS_DIR = Path("reports")
 CACHE_DIR = Path(".cache") / "studies"
-MODULES = ("index_size", "fidelity", "uhd_analyses")
+MODULES = ("index_size", "fidelity", "uhd_analyses", "training")
 
 
 @dataclass(frozen=True)

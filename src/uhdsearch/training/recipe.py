@@ -74,6 +74,8 @@ class Recipe:
     # Without train qrels, the held-out share of the corpus's own ICT queries is judged by this teacher: its top
     # `judged_depth` documents are relevant (plus the sentence's source passage), so early stopping needs no labels.
     teacher: str = "dense"  # "dense" (the backbone, mean-pooled) or "sum-of-max" (its token states, late interaction)
+    # Who judges that dev split; None: `teacher`. Fix it to compare recipes that distil from different teachers.
+    dev_teacher: str | None = None
     judged_depth: int = 10
     # After training (frozen backbone, with a dev split): query token limits tried on dev, for the kept weights
     # and the untrained head alike; CISI's and Medline's paragraph-long queries lose much at A.1's 32 tokens.
@@ -98,8 +100,10 @@ class Recipe:
             raise UsageError("ict_per_document and hard_negative_depth must be >= 0")
         if not 0.0 <= self.dev_share < 1.0:
             raise UsageError(f"dev_share={self.dev_share} must be in [0, 1)")
-        if self.teacher not in TEACHERS:
-            raise UsageError(f"teacher={self.teacher!r}; choose one of {', '.join(TEACHERS)}")
+        for name in ("teacher", "dev_teacher"):
+            value = getattr(self, name)
+            if value not in TEACHERS and not (name == "dev_teacher" and value is None):
+                raise UsageError(f"{name}={value!r}; choose one of {', '.join(TEACHERS)}")
         if any(not isinstance(n, int) or n < 1 for n in self.query_lengths):
             raise UsageError(f"query_lengths={self.query_lengths} must be positive integers (token limits)")
         if self.judged_depth < 1:
@@ -147,7 +151,9 @@ def train_on_collection(
     if args.distill_weight > 0 or args.loss in ("kl", "margin_mse") or unlabelled:
         teacher = build_teacher(recipe.teacher, model, documents, states, dense)
     if unlabelled:
-        dev = teacher_judged(teacher, documents, dev, recipe.judged_depth)
+        judge = teacher if recipe.dev_teacher in (None, recipe.teacher) else \
+            build_teacher(recipe.dev_teacher, model, documents, states, dense)
+        dev = teacher_judged(judge, documents, dev, recipe.judged_depth)
     eval_fn = dev_evaluator(states if args.train_backbone_layers == 0 else None, documents, dev) \
         if dev and args.eval_every else None
     negatives = bm25_negatives(documents, pairs, recipe.hard_negative_depth) if recipe.hard_negative_depth > 0 \
