@@ -72,7 +72,7 @@ def install_kill_at(step: int, fallback: bool) -> list[str]:
     """SIGKILL this process at swap step `step` (1-based); `fallback` disables the one-step exchange."""
     import shutil
 
-    import uhdsearch.io as uio
+    import uhdsearch.io.swap as uio
 
     count = [0]
     in_rmtree = [False]
