@@ -57,7 +57,8 @@ def quickstart(
     preset: Optional[str] = typer.Option(None, "--preset", help="Training preset: quickstart (default; fast with "
                                          "--fast), fast or paper."),
     backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace earlier results in --out."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out as a whole (swapped in at the end: "
+                                   "a kill leaves it old or new)."),
 ) -> None:
     """Train a UHD model, index the collection, and compare UHD, BM25 and dense retrieval."""
     from uhdsearch.quickstart import run_quickstart
