@@ -3,13 +3,17 @@
 Writers (each replaces its target with `overwrite=True`, alternating two versions A and B):
     index       BinaryIndex.from_encoding of seeded sparse vectors (what `uhdsearch index` writes)
     model       UHDEncoder.save_pretrained of a seeded tiny encoder (what `uhdsearch train` writes)
-    quickstart  model/, index-binary/ and results.json in one output directory, in the quickstart's order
+    quickstart  the quickstart's output directory as one unit: model/, index-binary/, index-weighted/, runs/ and
+                results.json staged beside it and swapped in whole (quickstart.write_model_and_indexes, the
+                quickstart's own writer, inside io.atomic_directory), as `uhdsearch quickstart --overwrite` does
 
 A forked child process writes one version; it kills itself (SIGKILL) at swap step N (a step is the moment before or
 after each rename, exchange, file replace, directory removal, or the first file removed by one), with the kernel's
 one-step exchange or with the fallback swap (move aside, move in), or the parent kills it at a random moment of
 the write. After every kill the target must open to version A or B and search exactly like it (the same doc
 numbers and scores, the same model digest), and the next successful write must leave no temporaries beside it.
+A quickstart output directory must also agree with itself: the model digest recorded in results.json and in each
+index's meta is that of the model/ beside them (a directory mixing A and B fails).
 
     python benchmarks/crash_harness.py                   # settings: benchmarks/configs/crash_harness.toml
     python benchmarks/crash_harness.py --writers index --random-kills 5
@@ -38,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import settings  # noqa: E402
 
 WRITERS = ("index", "model", "quickstart")
-TARGETS = {"index": ["index"], "model": ["model"], "quickstart": ["out/model", "out/index-binary", "out/results.json"]}
+TARGETS = {"index": ["index"], "model": ["model"], "quickstart": ["out"]}
 DIM, N_DOCS = 4096, 3000
 
 
@@ -72,7 +76,7 @@ def install_kill_at(step: int, fallback: bool) -> list[str]:
     """SIGKILL this process at swap step `step` (1-based); `fallback` disables the one-step exchange."""
     import shutil
 
-    import uhdsearch.io as uio
+    import uhdsearch.io.swap as uio
 
     count = [0]
     in_rmtree = [False]
@@ -132,13 +136,27 @@ def child(writer: str, root: Path, version: int, step: int | None, fallback: boo
         BinaryIndex.from_encoding(enc, ids, root / "index", encoder_digest=f"v{version}", overwrite=True)
     elif writer == "model":
         model.save_pretrained(root / "model", overwrite=True)
-    else:
+    else:  # run_quickstart's write path, without the training and evaluation between its steps
+        from uhdsearch.io import atomic_directory
+        from uhdsearch.quickstart import check_out_dir, write_model_and_indexes
+
         out = root / "out"
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out / "model", overwrite=True)
-        BinaryIndex.from_encoding(enc, ids, out / "index-binary", encoder_digest=model.digest(), overwrite=True)
-        write_json(out / "results.json", {"version": version})
+        check_out_dir(out, overwrite=True)
+        with atomic_directory(out, overwrite=True) as stage:
+            binary, _ = write_model_and_indexes(stage, model, enc, ids, model_card=f"version {version}\n")
+            probe_run(binary, version).save(str(stage / "runs" / "uhd-binary.trec"))
+            write_json(stage / "results.json", {"version": version, "model_digest": model.digest()})
+            write_json(stage / "extra_results.json", {"version": version})
     os.write(ready_fd, f"done {time.perf_counter() - start:.3f}\n".encode())
+
+
+def probe_run(index, version: int):
+    """A small TREC run searched from `index` (the quickstart's runs/)."""
+    from uhdsearch.types import Run, ScoredDoc
+
+    numbers, scores = index.search_encoded(encoding(99, n=5, seed_offset=7), 10, (1.0,), "binary")
+    return Run({f"q{i}": [ScoredDoc(index.doc_ids[n], float(v)) for n, v in zip(row, srow) if n >= 0]
+                for i, (row, srow) in enumerate(zip(numbers.tolist(), scores.tolist()))}, name=f"v{version}")
 
 
 # ------------------------------------------------------------------ the parent: kill, then check
@@ -154,8 +172,11 @@ def state_of(writer: str, root: Path, references: dict[int, dict[str, object]]) 
 
 
 def fingerprint_of(path: Path) -> object:
-    """What must match exactly: search results of an index, the digest of a model, the content of a file."""
-    if path.name == "results.json":
+    """What must match exactly: search results of an index, the digest of a model, the content of a file; for a
+    quickstart output directory all of them, after checking that its parts record the same model."""
+    if path.name == "out":
+        return output_fingerprint(path)
+    if path.name.endswith(".json"):
         from uhdsearch.io import read_json
 
         return json.dumps(read_json(path))
@@ -170,13 +191,33 @@ def fingerprint_of(path: Path) -> object:
     return (tuple(map(tuple, numbers.tolist())), tuple(map(tuple, scores.tolist())))
 
 
+def output_fingerprint(out: Path) -> tuple:
+    """A quickstart output directory as one unit: every part's fingerprint; raises if the parts disagree."""
+    from uhdsearch.index.inverted import InvertedIndex
+    from uhdsearch.io import read_json, recover_directory
+
+    out = recover_directory(out)  # what the next quickstart (or a reader of model/ or index-*/) does first
+    results = read_json(out / "results.json")
+    model = fingerprint_of(out / "model")
+    recorded = {"results.json": results["model_digest"],
+                **{name: InvertedIndex.load(out / name).encoder_digest for name in ("index-binary", "index-weighted")}}
+    assert set(recorded.values()) == {model}, f"{out} mixes versions: model/ digest {model}, recorded {recorded}"
+    run = (out / "runs" / "uhd-binary.trec").read_text()
+    return (json.dumps(results), model, fingerprint_of(out / "index-binary"), fingerprint_of(out / "index-weighted"),
+            run, json.dumps(read_json(out / "extra_results.json")))
+
+
 def leftovers(writer: str, root: Path) -> list[str]:
+    """Temporaries of killed writers beside a target (or, for a directory target, inside it)."""
     names = {Path(t).name for t in TARGETS[writer]}
     pattern = re.compile(r"\.(.+)\.(tmp|old)-.*")
     found = []
     for folder in {(root / t).parent for t in TARGETS[writer]}:
         if folder.is_dir():
             found += [p.name for p in folder.iterdir() if (m := pattern.fullmatch(p.name)) and m[1] in names]
+    for target in TARGETS[writer]:
+        if (root / target).is_dir():
+            found += [f"{target}/{p.name}" for p in (root / target).iterdir() if pattern.fullmatch(p.name)]
     return found
 
 
@@ -224,6 +265,8 @@ def warm_up(writer: str) -> None:
     BinaryIndex.from_encoding(encoding(0, n=50), [f"d{i}" for i in range(50)], None)
     if writer in ("model", "quickstart"):
         tiny_model(1), tiny_model(2)
+    if writer == "quickstart":
+        import uhdsearch.quickstart  # noqa: F401 - imported once here, not in every forked writer
 
 
 def references(writer: str, root: Path) -> tuple[dict[int, dict[str, object]], float]:
@@ -267,11 +310,9 @@ def harness(writer: str, root: Path, max_steps: int = 60, random_kills: int = 5,
             assert not leftovers(writer, target_root), f"temporaries after a finished write: {leftovers(writer, target_root)}"
         else:
             kills += 1
-        outcomes[(kind, "new" if set(state.values()) == {new} else "old" if set(state.values()) == {version}
-                  else "mixed")] += 1
+        assert set(state.values()) in ({version}, {new}), f"targets of one writer disagree: {state}"
+        outcomes[(kind, "new" if set(state.values()) == {new} else "old")] += 1
         version = new if set(state.values()) == {new} else version
-        if set(state.values()) not in ({1}, {2}):  # quickstart output cut between artifacts: each is whole
-            version = state[TARGETS[writer][0]]
     # The next successful write cleans up whatever the kills left.
     new = 3 - version
     run_child(writer, target_root, new)

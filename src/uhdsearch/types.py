@@ -78,25 +78,39 @@ class Run:
         return load_run(path)
 
 
-def as_queries(queries: Mapping[str, str] | Sequence[Query] | Iterable[Query]) -> list[Query]:
+ON_DUPLICATE = ("error", "first", "last")
+DUPLICATE_HINT = ("or pass on_duplicate='first' or 'last' to keep one of each "
+                  "(CLI: --duplicate-queries keep-first|keep-last)")
+
+
+def as_queries(queries: Mapping[str, str] | Sequence[Query] | Iterable[Query],
+               on_duplicate: str = "error") -> list[Query]:
     """Accept {query_id: text} or Query records; return a list of Query.
+
+    Args:
+        on_duplicate: what a query_id given more than once does: "error" (the default: one result list would
+            silently replace the other), "first" or "last" (keep that occurrence where it stands, drop the
+            others, and log one warning with the count).
 
     Raises:
         TypeError: an item is not a Query, or a text is not a string.
-        UsageError: a query_id appears twice (one result list would silently replace the other), or a text
-            holds a lone surrogate (not valid Unicode; no tokenizer takes it).
+        UsageError: a query_id appears twice and `on_duplicate` is "error", an unknown `on_duplicate`, or a
+            text holds a lone surrogate (not valid Unicode; no tokenizer takes it).
 
     Example:
-        >>> as_queries([Query("q1", "a"), Query("q1", "b")])
+        >>> as_queries([Query("q1", "a"), Query("q1", "b")])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        uhdsearch.errors.UsageError: query_id 'q1' appears twice (items 0 and 1); query ids must be unique
+        uhdsearch.errors.UsageError: query_id 'q1' appears twice (items 0 and 1); query ids must be unique, ...
+        >>> [q.text for q in as_queries([Query("q1", "a"), Query("q2", "b"), Query("q1", "c")], on_duplicate="last")]
+        ['b', 'c']
     """
+    check_on_duplicate(on_duplicate)
     if isinstance(queries, Mapping):
         out = [Query(str(k), v) for k, v in queries.items()]
     else:
         out = list(queries)
-    first: dict[str, int] = {}
+    kept: dict[str, int] = {}  # query_id -> index in `out` of the occurrence kept
     for i, q in enumerate(out):
         if not isinstance(q, Query):
             raise TypeError(f"expected Query records or a {{query_id: text}} mapping, got {type(q).__name__}")
@@ -107,11 +121,29 @@ def as_queries(queries: Mapping[str, str] | Sequence[Query] | Iterable[Query]) -
         except UnicodeEncodeError as exc:
             raise UsageError(f"query {q.query_id!r}: text holds a lone surrogate {q.text[exc.start]!r} at "
                              f"character {exc.start + 1}: not valid Unicode text") from None
-        if q.query_id in first:
-            raise UsageError(f"query_id {q.query_id!r} appears twice (items {first[q.query_id]} and {i}); "
-                             "query ids must be unique")
-        first[q.query_id] = i
-    return out
+        if q.query_id in kept and on_duplicate == "error":
+            raise UsageError(f"query_id {q.query_id!r} appears twice (items {kept[q.query_id]} and {i}); "
+                             f"query ids must be unique, {DUPLICATE_HINT}")
+        if q.query_id not in kept or on_duplicate == "last":
+            kept[q.query_id] = i
+    if len(kept) == len(out):
+        return out
+    keep = set(kept.values())
+    report_duplicates(len(out) - len(keep), len({q.query_id for i, q in enumerate(out) if i not in keep}),
+                      on_duplicate, "the queries given")
+    return [q for i, q in enumerate(out) if i in keep]
+
+
+def check_on_duplicate(on_duplicate: str) -> None:
+    """Refuse an `on_duplicate` other than "error", "first" or "last"."""
+    if on_duplicate not in ON_DUPLICATE:
+        raise UsageError(f"on_duplicate={on_duplicate!r}; choose one of {', '.join(map(repr, ON_DUPLICATE))}")
+
+
+def report_duplicates(n_dropped: int, n_ids: int, on_duplicate: str, where: str) -> None:
+    """The one warning of a duplicate opt-out: how many queries were dropped, for how many ids, which was kept."""
+    logger.warning("%s: dropped %d duplicate queries (ids given more than once: %d); kept the %s occurrence of "
+                   "each (on_duplicate=%r)", where, n_dropped, n_ids, on_duplicate, on_duplicate)
 
 
 def start_run(queries: Mapping[str, str] | Sequence[Query], k: int, name: str) -> tuple[Run, list[Query]]:

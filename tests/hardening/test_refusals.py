@@ -63,7 +63,9 @@ def test_duplicate_query_ids_in_the_cli_name_file_and_lines(tmp_path, model_dir,
     queries.write_text('{"_id": "q1", "text": "a"}\n{"_id": "q2", "text": "b"}\n{"_id": "q1", "text": "c"}\n')
     code, out, err = call(["search", "--model", str(model_dir), "--index", str(index_dir), "--queries", str(queries)])
     assert code == 2 and out == ""
-    assert error_line(err) == f"error: {queries}:3: duplicate query_id 'q1' (first on line 1)"
+    assert error_line(err) == (f"error: {queries}:3: duplicate query_id 'q1' (first on line 1); query ids must be "
+                               "unique, or pass on_duplicate='first' or 'last' to keep one of each "
+                               "(CLI: --duplicate-queries keep-first|keep-last)")
 
 
 def test_model_without_its_tokenizer_is_refused(model_dir, index_dir, tmp_path):

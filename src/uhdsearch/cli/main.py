@@ -57,7 +57,8 @@ def quickstart(
     preset: Optional[str] = typer.Option(None, "--preset", help="Training preset: quickstart (default; fast with "
                                          "--fast), fast or paper."),
     backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace earlier results in --out."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out as a whole (swapped in at the end: "
+                                   "a kill leaves it old or new)."),
 ) -> None:
     """Train a UHD model, index the collection, and compare UHD, BM25 and dense retrieval."""
     from uhdsearch.quickstart import run_quickstart
@@ -199,6 +200,9 @@ def search(
     max_df: Optional[float] = typer.Option(None, "--max-df", help="Drop query dims active in more than this "
                                            "fraction of the documents (stop dimensions), e.g. 0.1."),
     idf: bool = typer.Option(False, "--idf", help="Weight query dims by IDF (binary: 4-bit levels, exact)."),
+    duplicate_queries: str = typer.Option("error", "--duplicate-queries", help="A query id on two lines of "
+                                          "--queries: error (default), keep-first or keep-last (one warning "
+                                          "gives the count)."),
 ) -> None:
     """Search an index; writes a TREC run to stdout."""
     from uhdsearch.encoder.model import UHDEncoder
@@ -214,6 +218,10 @@ def search(
         raise UsageError(f"--k {k} must be a positive integer")
     if scoring not in (None, "binary", "weighted"):
         raise UsageError(f"--scoring {scoring!r}; choose binary or weighted")
+    on_duplicate = {"error": "error", "keep-first": "first", "keep-last": "last"}.get(duplicate_queries)
+    if on_duplicate is None:
+        raise UsageError(f"--duplicate-queries {duplicate_queries!r}; choose error, keep-first or keep-last")
+    items = list(load_queries(queries, on_duplicate).values()) if queries is not None else [Query("q1", query)]
     overrides = {}
     if wta_k is not None:
         overrides["wta_k"] = wta_k
@@ -231,7 +239,6 @@ def search(
     segmented = index_dir.is_dir() and bool(list_generations(index_dir))
     index = SegmentedIndex.open(index_dir) if segmented else InvertedIndex.load(index_dir)
     searcher = Searcher(encoder, index, scoring=scoring, max_df=max_df, idf=idf)
-    items = list(load_queries(queries).values()) if queries is not None else [Query("q1", query)]
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
     sys.stdout.write(format_run(run))
 

@@ -12,7 +12,7 @@ from typing import Any
 from uhdsearch.errors import DataFormatError
 from uhdsearch.evaluation.qrels import load_qrels
 from uhdsearch.io import read_lines
-from uhdsearch.types import Document, Qrels, Query
+from uhdsearch.types import DUPLICATE_HINT, Document, Qrels, Query, check_on_duplicate, report_duplicates
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +46,14 @@ class BeirData:
     qrels: Qrels
 
 
-def load_beir(data_dir: str | os.PathLike, split: str = "test") -> BeirData:
+def load_beir(data_dir: str | os.PathLike, split: str = "test", on_duplicate: str = "error") -> BeirData:
     """Load a BEIR-layout directory: the whole corpus and the queries and qrels of one split.
 
     Args:
         data_dir: Directory holding ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``; each may be
             gzip-compressed instead (``corpus.jsonl.gz``).
         split: Which qrels file to use (``"test"``, ``"dev"``, ``"train"``).
+        on_duplicate: a query_id twice in ``queries.jsonl``: "error" (default), "first" or "last" (`load_queries`).
 
     Returns:
         A BeirData whose ``queries`` are only those that have judgments in `split`.
@@ -79,7 +80,7 @@ def load_beir(data_dir: str | os.PathLike, split: str = "test") -> BeirData:
             f"no qrels for split {split!r} in {qrels_dir}; available: {', '.join(available) or 'none'}"
         )
     corpus = load_corpus(_plain_or_gzip(data_dir / "corpus.jsonl"))
-    all_queries = load_queries(_plain_or_gzip(data_dir / "queries.jsonl"))
+    all_queries = load_queries(_plain_or_gzip(data_dir / "queries.jsonl"), on_duplicate)
     qrels = load_qrels(qrels_path)
     if not qrels:
         raise DataFormatError(f"{qrels_path} has no judgments")
@@ -133,11 +134,14 @@ def load_corpus(path: str | os.PathLike) -> dict[str, Document]:
     return corpus
 
 
-def load_queries(path: str | os.PathLike) -> dict[str, Query]:
+def load_queries(path: str | os.PathLike, on_duplicate: str = "error") -> dict[str, Query]:
     """Read a BEIR ``queries.jsonl``: one ``{"_id", "text"}`` object per line.
 
     Args:
         path: The JSONL file.
+        on_duplicate: a query_id on two lines is an error ("error", the default), or the "first" or "last" of
+            them is kept (at its own place in file order) and one warning gives the count
+            (`uhdsearch.types.as_queries` does the same for queries given in Python).
 
     Returns:
         query_id -> Query, in file order.
@@ -145,20 +149,30 @@ def load_queries(path: str | os.PathLike) -> dict[str, Query]:
     Raises:
         FileNotFoundError: `path` does not exist.
         DataFormatError: malformed JSON, a line that is not an object, a missing or non-string ``_id``,
-            a missing or non-string ``text``, or a repeated query_id.
+            a missing or non-string ``text``, or a repeated query_id (when `on_duplicate` is "error").
+        UsageError: an unknown `on_duplicate`.
     """
+    check_on_duplicate(on_duplicate)
     path = Path(path)
     queries: dict[str, Query] = {}
     first_line: dict[str, int] = {}
+    dropped, repeated = 0, set()
     for line_no, obj in iter_jsonl(path):
         query_id = _read_id(obj, path, line_no)
         text = _read_text(obj, "text", path, line_no, required=True)
         if query_id in first_line:
-            raise DataFormatError(
-                f"{path}:{line_no}: duplicate query_id {query_id!r} (first on line {first_line[query_id]})"
-            )
-        first_line[query_id] = line_no
+            if on_duplicate == "error":
+                raise DataFormatError(f"{path}:{line_no}: duplicate query_id {query_id!r} (first on line "
+                                      f"{first_line[query_id]}); query ids must be unique, {DUPLICATE_HINT}")
+            dropped += 1
+            repeated.add(query_id)
+            if on_duplicate == "first":
+                continue
+            del queries[query_id]  # "last": the later line's query, at the later line's place
+        first_line.setdefault(query_id, line_no)
         queries[query_id] = Query(query_id=query_id, text=text)
+    if repeated:
+        report_duplicates(dropped, len(repeated), on_duplicate, str(path))
     return queries
 
 

@@ -58,6 +58,15 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
+def _forget_pool() -> None:
+    # A forked child inherits the pool but not its threads: its tasks would wait forever.
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted: bool,
            deleted: np.ndarray | None, n_threads: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of every query row over compressed `buckets`; see InvertedIndex.search_encoded."""
