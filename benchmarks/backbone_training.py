@@ -8,7 +8,7 @@ competes). Settings in benchmarks/configs/backbone_training.toml; parts can run 
     python benchmarks/backbone_training.py --part states                 # MiniLM token states, once (cached)
     python benchmarks/backbone_training.py --part timing --backbone minilm   # s/step, same batch, every mode
     python benchmarks/backbone_training.py --part train --run minilm-top1-lr1e-5   # one run: dev curve, kept model
-    python benchmarks/backbone_training.py --part test                   # per group: best on dev, test scored once
+    python benchmarks/backbone_training.py --part test --backbone minilm  # per group: best on dev, test once
 
 Results: benchmarks/results/backbone_training_scifact.json (each part merges its section) and a table.
 """
@@ -154,7 +154,7 @@ def part_test(args) -> list[dict]:
                if (Path(args.cache_dir) / "runs" / f"{n}.json").is_file()}
     rows = []
     for backbone_name in dict.fromkeys(r["backbone"] for r in args.runs.values()):
-        if not any(r["backbone"] == backbone_name for r in records.values()):
+        if backbone_name != args.backbone or not any(r["backbone"] == backbone_name for r in records.values()):
             continue
         documents, _, base, doc_states, _, _ = collection(args, backbone_name)
         rows.append({"system": f"{backbone_name}: untrained centred head", "backbone": backbone_name,
@@ -226,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", required=True, choices=["states", "timing", "train", "test", "table"])
     parser.add_argument("--run", help="with --part train: a run of the config")
-    parser.add_argument("--backbone", default="minilm", choices=["minilm", "splade-tiny"], help="--part timing/states")
+    parser.add_argument("--backbone", default="minilm", choices=["minilm", "splade-tiny"],
+                        help="with --part states, timing or test")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--max-steps", type=int)
     parser.add_argument("--max-minutes", type=float)
@@ -267,12 +268,12 @@ def main() -> None:
         section = {"test": part_test(args)}
     result = read_json(out) if out.is_file() else {"dataset": "scifact"}  # read late: parts run in parallel
     if section:
-        if "timing" in section:
-            section["timing"] = [r for r in result.get("timing", []) if r["backbone"] != args.backbone] + \
-                section["timing"]
+        for key in ("timing", "test"):  # rows of the other backbone stay
+            if key in section:
+                section[key] = [r for r in result.get(key, []) if r["backbone"] != args.backbone] + section[key]
         if "runs" in section:
             section["runs"] = {**result.get("runs", {}), **section["runs"]}
-        what = args.part + ("" if args.part == "test" else "_" + (args.run or args.backbone))
+        what = args.part + "_" + (args.run or args.backbone)
         result.update(section)
         result.setdefault("commands", {})[what] = " ".join(["python"] + sys.argv)
         result.update({**record(config_path, settings),
