@@ -32,7 +32,7 @@ from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.io import atomic_directory, recover_directory, write_json
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.presets import PRESETS
-from uhdsearch.training.recipe import Recipe, load_train_split, train_on_collection
+from uhdsearch.training.recipe import Recipe, cached_layers, load_train_split, train_on_collection
 from uhdsearch.training.trainer import TrainingResult
 
 FAST_DOCUMENTS = 1_200  # --fast: the corpus is cut to this many documents, judged ones first
@@ -99,7 +99,8 @@ def run_quickstart(
     bb = Backbone.from_pretrained(backbone)
     # Training the backbone must not change the dense baseline's, which shares these weights.
     model = UHDEncoder(copy.deepcopy(bb) if recipe.training.train_backbone_layers else bb, recipe.encoder)
-    layers = sorted(set(model.layers) | {bb.n_layers})
+    cached = cached_layers(model, recipe.training.train_backbone_layers)  # top layers train on these states
+    layers = sorted(set(model.layers) | {bb.n_layers} | set(cached or ()))
 
     start = time.perf_counter()
     states = compute_token_states(bb, [d.full_text for d in documents], layers, recipe.encoder.document_max_length,
@@ -119,9 +120,9 @@ def run_quickstart(
     seconds["train"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    if recipe.training.train_backbone_layers == 0:
-        encoded = model.encode_states(states, "document", show_progress=show_progress)
-    else:  # the backbone changed: the cached states are stale
+    if cached:  # the heads, or the top layers from the states at their input
+        encoded = model.encode_states(states.select(cached), "document", show_progress=show_progress)
+    else:  # the whole backbone changed: the cached states are stale
         encoded = model.encode_document([d.full_text for d in documents], show_progress=show_progress)
     doc_ids = [d.doc_id for d in documents]
     with atomic_directory(out, overwrite=True) as stage:  # swapped in whole when the block ends

@@ -156,9 +156,10 @@ def test_an_unlabelled_collection_trains_with_teacher_judged_early_stopping(tiny
 def test_the_head_and_query_length_are_chosen_together_on_dev_and_ties_keep_the_untrained_head(tiny_encoder):
     import copy
 
-    from uhdsearch.training.recipe import choose_head_and_query_length
+    from uhdsearch.training.recipe import choose_head_and_query_length, trainable_state
 
-    untrained = copy.deepcopy(tiny_encoder.buckets.state_dict())
+    untrained = trainable_state(tiny_encoder, 0)
+    assert untrained and all(k.startswith("buckets.") for k in untrained)
     with torch.no_grad():
         for p in tiny_encoder.buckets.parameters():
             p.add_(0.5)

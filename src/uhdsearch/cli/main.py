@@ -107,7 +107,11 @@ def train(
     hard_negative_depth: Optional[int] = typer.Option(None, "--hard-negative-depth",
                                                       help="BM25 hard negatives from the top N."),
     train_backbone_layers: Optional[int] = typer.Option(None, "--train-backbone-layers",
-                                                        help="0 frozen, N top layers, -1 all."),
+                                                        help="0 frozen, N top layers (trained on the states of "
+                                                        "the frozen layers below, computed once), -1 all."),
+    backbone_learning_rate: Optional[float] = typer.Option(None, "--backbone-learning-rate",
+                                                           help="Learning rate of the trained backbone layers "
+                                                           "(default: --learning-rate)."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Training time budget (default: the "
                                                 "preset's)."),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Dev nDCG@10 every N steps (0 = off); "
@@ -128,6 +132,7 @@ def train(
              "learning_rate": learning_rate, "ict_per_document": ict_per_document, "distill_weight": distill_weight,
              "hard_negative_depth": hard_negative_depth, "loss": loss, "binary_aware": binary_aware,
              "max_steps": max_steps, "train_backbone_layers": train_backbone_layers,
+             "backbone_learning_rate": backbone_learning_rate,
              "bucket_layers": _layers(bucket_layers) if bucket_layers is not None else None,
              "bucket_weights": _weights(bucket_weights), "max_minutes": max_minutes}
     overrides = {k: v for k, v in given.items() if v is not None}

@@ -20,6 +20,7 @@ from uhdsearch.encoder.buckets import Buckets
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.onnx_backbone import OnnxBackbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
+from uhdsearch.encoder.top_layers import bucket_token_states
 from uhdsearch.errors import ModelFormatError, UsageError
 from uhdsearch.io import atomic_directory, read_json, recover_directory, write_json
 from uhdsearch.sparse import SparseEncoding
@@ -119,8 +120,9 @@ class UHDEncoder(nn.Module):
         return self.buckets(tokens, token_text, n_texts, wta_k or self.config.wta_k, dtype)
 
     def forward_states(self, states: TokenStates, rows, drop=None, wta_k: int | None = None) -> list[torch.Tensor]:
-        """Differentiable bucket vectors of cached texts (frozen backbone); see TokenStates.gather."""
-        tokens, token_text = states.gather(rows, self.layers, drop)
+        """Differentiable bucket vectors of cached texts; see TokenStates.gather. States of a layer below the
+        buckets run the backbone's layers above it (encoder/top_layers.py: training the top layers)."""
+        tokens, token_text = bucket_token_states(self.backbone, states, rows, self.layers, drop)
         return self.pool_tokens(tokens, token_text, len(rows), wta_k)
 
     def encode_states(

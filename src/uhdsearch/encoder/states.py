@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from uhdsearch.errors import UsageError
+
 
 @dataclass
 class TokenStates:
@@ -32,6 +34,13 @@ class TokenStates:
 
     def layer(self, layer: int) -> torch.Tensor:
         return self.states[self.layers.index(layer)]
+
+    def select(self, layers: Sequence[int]) -> TokenStates:
+        """The same texts with only `layers` (tensors shared, not copied)."""
+        missing = [layer for layer in layers if layer not in self.layers]
+        if missing:
+            raise UsageError(f"token states hold layers {self.layers}, not {missing}")
+        return TokenStates(list(layers), [self.layer(layer) for layer in layers], self.offsets, self.char_spans)
 
     def gather(self, rows: Sequence[int], layers: Sequence[int], drop: np.ndarray | None = None):
         """Token states of `rows` as packed float32 tensors plus each token's position in `rows`.

@@ -6,7 +6,6 @@ stopping in which the untrained head (step 0) competes. The named settings are i
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import random
@@ -22,6 +21,7 @@ from uhdsearch.baselines.dense import DenseRetriever, mean_pool
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.encoder.states import TokenStates, compute_token_states
+from uhdsearch.encoder.top_layers import cut_layer, input_layers
 from uhdsearch.errors import UsageError
 from uhdsearch.evaluation.datasets import BeirData, load_beir
 from uhdsearch.evaluation.metrics import evaluate
@@ -130,21 +130,24 @@ def _lists(value: Any) -> Any:
 def train_on_collection(
     model: UHDEncoder, documents: list[Document], train_data: BeirData | None, recipe: Recipe,
     states: TokenStates | None = None, dense: DenseRetriever | None = None, show_progress: bool = True,
+    query_states: TokenStates | None = None,
 ) -> tuple[TrainingResult, int]:
     """Train `model`'s WTA heads on qrels pairs (if any) plus Inverse Cloze Task pairs of `documents`.
 
-    The loop's settings are `recipe.training`; `model` carries its encoder settings already.
+    The loop's settings are `recipe.training`; `model` carries its encoder settings already. `query_states`
+    (optional, to share across runs): see trainer.train.
 
     Returns:
         (TrainingResult, number of training pairs).
     """
+    args = recipe.training
+    cached = cached_layers(model, args.train_backbone_layers)  # None: the whole backbone trains
     if states is None:
-        layers = sorted(set(model.layers) | {model.backbone.n_layers})
+        layers = sorted(set(model.layers) | {model.backbone.n_layers} | set(cached or ()))
         states = compute_token_states(model.backbone, [d.full_text for d in documents], layers,
                                       model.config.document_max_length, show_progress=show_progress)
     if recipe.center:
         model.center_buckets(states)
-    args = recipe.training
     pairs, dev = training_pairs(documents, train_data, recipe)
     teacher = None
     unlabelled = dev is not None and not _has_qrels(train_data, recipe)
@@ -154,16 +157,37 @@ def train_on_collection(
         judge = teacher if recipe.dev_teacher in (None, recipe.teacher) else \
             build_teacher(recipe.dev_teacher, model, documents, states, dense)
         dev = teacher_judged(judge, documents, dev, recipe.judged_depth)
-    eval_fn = dev_evaluator(states if args.train_backbone_layers == 0 else None, documents, dev) \
+    # With the top layers training, dev documents are re-encoded from the states at their input.
+    eval_fn = dev_evaluator(states.select(cached) if cached else None, documents, dev) \
         if dev and args.eval_every else None
     negatives = bm25_negatives(documents, pairs, recipe.hard_negative_depth) if recipe.hard_negative_depth > 0 \
         else None
-    untrained = copy.deepcopy(model.buckets.state_dict())
-    result = train(model, documents, pairs, args, document_states=states, hard_negatives=negatives, teacher=teacher,
+    untrained = trainable_state(model, args.train_backbone_layers)
+    result = train(model, documents, pairs, args, document_states=states if cached else None,
+                   query_states=query_states if cached else None, hard_negatives=negatives, teacher=teacher,
                    eval_fn=eval_fn, show_progress=show_progress)
-    if eval_fn is not None and recipe.query_lengths and args.train_backbone_layers == 0:
+    if eval_fn is not None and recipe.query_lengths and cached:
         result.selection = choose_head_and_query_length(model, untrained, eval_fn, recipe.query_lengths)
     return result, len(pairs)
+
+
+def cached_layers(model: UHDEncoder, train_backbone_layers: int) -> list[int] | None:
+    """The backbone layers whose token states training reads (computed once), or None when all of it trains."""
+    if train_backbone_layers == 0:
+        return list(model.layers)
+    if train_backbone_layers < 0 or train_backbone_layers >= model.backbone.n_layers:
+        return None
+    return input_layers(model.layers, cut_layer(model.backbone, train_backbone_layers))
+
+
+def trainable_state(model: UHDEncoder, train_backbone_layers: int) -> dict[str, Any]:
+    """A copy of what training changes: the WTA heads, and the top backbone layers that train with them."""
+    n = model.backbone.n_layers if train_backbone_layers < 0 else train_backbone_layers
+    top = tuple(f"backbone.model.encoder.layer.{i}." for i in range(model.backbone.n_layers - n,
+                                                                  model.backbone.n_layers))
+    everything = train_backbone_layers < 0 or train_backbone_layers >= model.backbone.n_layers
+    return {k: v.detach().clone() for k, v in model.state_dict().items()
+            if k.startswith("buckets.") or k.startswith(top) or (everything and k.startswith("backbone."))}
 
 
 def choose_head_and_query_length(
@@ -171,18 +195,20 @@ def choose_head_and_query_length(
 ) -> dict[str, Any]:
     """Pick the query token limit and the head (the weights training kept, or the untrained start) together on dev.
 
+    `untrained`: trainable_state(model, ...) before training (the heads, and any trained top backbone layers).
+
     The untrained head and shorter limits come first, so they win ties. Leaves `model` holding the choice.
     """
-    trained = copy.deepcopy(model.buckets.state_dict())
+    trained = {k: v.detach().clone() for k, v in model.state_dict().items() if k in untrained}
     config = model.config
     rows = []
     for head, state in (("untrained", untrained), ("trained", trained)):
-        model.buckets.load_state_dict(state)
+        model.load_state_dict(state, strict=False)
         for length in sorted(set(lengths)):
             model.config = config.replace(query_max_length=int(length))
             rows.append({"head": head, "query_max_length": int(length), "dev": score(model)})
     best = max(rows, key=lambda r: r["dev"])  # max keeps the first of equal scores
-    model.buckets.load_state_dict(untrained if best["head"] == "untrained" else trained)
+    model.load_state_dict(untrained if best["head"] == "untrained" else trained, strict=False)
     model.config = config.replace(query_max_length=best["query_max_length"])
     logger.info("kept the %s head with queries cut at %d tokens (dev %.4f)", best["head"], best["query_max_length"],
                 best["dev"])

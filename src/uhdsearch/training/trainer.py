@@ -1,7 +1,9 @@
 """TrainingArgs and the training loop (optimizer, schedule, accumulation, checkpoints, eval hook).
 
-Never defines a loss (see losses.py). Two paths: with a frozen backbone the token states of every text are
-computed once and only the WTA heads train (fast on a CPU); otherwise texts go through the backbone each step.
+Never defines a loss (see losses.py). Two paths: while the lower backbone layers are frozen (the heads alone, or
+the top N layers with them) the token states of every text are computed once, at the buckets or at the top layers'
+input (encoder/top_layers.py), and each step runs only what trains; with the whole backbone training, texts go
+through all of it each step.
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import torch
 from tqdm.auto import tqdm
 
 from uhdsearch.errors import UsageError
-from uhdsearch.encoder.states import TokenStates
+from uhdsearch.encoder.states import TokenStates, compute_token_states
+from uhdsearch.encoder.top_layers import cut_layer, input_layers
 from uhdsearch.training.binary import Estimator, annealed_tau, binary_relevance, scale_rows
 from uhdsearch.training.data import TrainingPair, remove_span, unique_document_batches
 from uhdsearch.training.losses import (distillation, document_frequency_penalty, flops, hinge_in_batch, infonce,
@@ -54,7 +57,8 @@ class TrainingArgs:
     warmup_ratio: float = 0.1  # A.1 warms up over 2,000 of ~300k steps; here a share of a short run
     grad_accumulation: int = 1
     margin: float = 1.0  # Eq. 8
-    train_backbone_layers: int = 0  # 0 frozen, N top layers, -1 all
+    train_backbone_layers: int = 0  # 0 frozen, N top layers (on cached lower-layer states), -1 all
+    backbone_learning_rate: float | None = None  # lr of the trained backbone layers (None: learning_rate)
     distill_weight: float = 0.0  # listwise KL to a dense teacher's in-batch scores (0 = paper's loss only)
     student_temperature: float = 0.05
     teacher_temperature: float = 0.05
@@ -78,6 +82,8 @@ class TrainingArgs:
             raise UsageError(f"batch_size={self.batch_size} must be at least 2 (in-batch negatives)")
         if self.learning_rate <= 0:
             raise UsageError(f"learning_rate={self.learning_rate} must be positive")
+        if self.backbone_learning_rate is not None and self.backbone_learning_rate <= 0:
+            raise UsageError(f"backbone_learning_rate={self.backbone_learning_rate} must be positive")
         if self.epochs <= 0:
             raise UsageError(f"epochs={self.epochs} must be positive")
         if self.grad_accumulation < 1:
@@ -150,19 +156,23 @@ def train(
     if args.loss == "margin_mse" and hard_negatives is None:
         raise UsageError("loss='margin_mse' needs hard_negatives (one per pair)")
     torch.manual_seed(args.seed)
-    frozen = args.train_backbone_layers == 0
-    model.backbone.set_trainable_layers(args.train_backbone_layers)
+    n_top = args.train_backbone_layers
+    frozen = 0 <= n_top < model.backbone.n_layers  # lower layers frozen: their states are computed once
+    model.backbone.set_trainable_layers(n_top)
     negative_of = {id(p): n for p, n in zip(pairs, hard_negatives)} if hard_negatives is not None else {}
     positives = positives_by_query(pairs)
     if frozen:
-        if document_states is None:
-            document_states = model.token_states([d.full_text for d in documents], "document",
-                                                 show_progress=show_progress)
+        layers = model.layers if n_top == 0 else input_layers(model.layers, cut_layer(model.backbone, n_top))
+        document_states = document_states.select(layers) if document_states is not None else compute_token_states(
+            model.backbone, [d.full_text for d in documents], layers, model.config.document_max_length,
+            show_progress=show_progress, desc="backbone documents")
         unique_queries = sorted({p.query for p in pairs})
         if query_states is None:
-            query_states = model.token_states(unique_queries, "query", show_progress=show_progress)
+            query_states = compute_token_states(model.backbone, unique_queries, layers, model.config.query_max_length,
+                                                show_progress=show_progress, desc="backbone queries")
         elif query_states.n != len(unique_queries):
             raise UsageError(f"query_states cover {query_states.n} texts; the pairs have {len(unique_queries)} queries")
+        query_states = query_states.select(layers)
         query_row = {q: i for i, q in enumerate(unique_queries)}
 
     n_epochs = math.ceil(args.epochs)
@@ -170,8 +180,12 @@ def train(
     total_steps = max(1, int(per_epoch * args.epochs) // args.grad_accumulation)
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay)
+    backbone = [p for p in model.backbone.parameters() if p.requires_grad]
+    in_backbone = {id(p) for p in backbone}
+    heads = [p for p in model.parameters() if p.requires_grad and id(p) not in in_backbone]
+    groups = [{"params": heads}] + ([{"params": backbone, "lr": args.backbone_learning_rate or args.learning_rate}]
+                                    if backbone else [])
+    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, weight_decay=args.weight_decay)
     warmup = int(args.warmup_ratio * total_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total_steps - s) / max(1, total_steps - warmup))

@@ -10,7 +10,7 @@ from uhdsearch.experiments.context import SystemContext
 from uhdsearch.experiments.registry import register
 from uhdsearch.experiments.systems.family import register_family
 from uhdsearch.training.presets import PRESETS
-from uhdsearch.training.recipe import train_on_collection
+from uhdsearch.training.recipe import cached_layers, train_on_collection
 from uhdsearch.types import Retriever
 
 __all__ = ["uhd_model"]
@@ -33,7 +33,9 @@ def uhd_model(ctx: SystemContext):
         trains_backbone = recipe.training.train_backbone_layers != 0
         # A trained backbone must not leak into the other systems that share ctx.backbone.
         model = UHDEncoder(copy.deepcopy(ctx.backbone) if trains_backbone else ctx.backbone, recipe.encoder)
-        layers = sorted(set(model.layers) | {ctx.backbone.n_layers})
+        # top layers that train read the states at their input (encoder/top_layers.py)
+        inputs = cached_layers(model, recipe.training.train_backbone_layers) or ()
+        layers = sorted(set(model.layers) | {ctx.backbone.n_layers} | set(inputs))
         train_states, states = ctx.source_states(layers), ctx.document_states(layers)
         result, n_pairs = train_on_collection(model, ctx.train_documents, ctx.train_data, recipe, train_states,
                                               show_progress=ctx.show_progress)
