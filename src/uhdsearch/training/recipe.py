@@ -126,10 +126,12 @@ def _lists(value: Any) -> Any:
 def train_on_collection(
     model: UHDEncoder, documents: list[Document], train_data: BeirData | None, recipe: Recipe,
     states: TokenStates | None = None, dense: DenseRetriever | None = None, show_progress: bool = True,
+    query_states: TokenStates | None = None,
 ) -> tuple[TrainingResult, int]:
     """Train `model`'s WTA heads on qrels pairs (if any) plus Inverse Cloze Task pairs of `documents`.
 
-    The loop's settings are `recipe.training`; `model` carries its encoder settings already.
+    The loop's settings are `recipe.training`; `model` carries its encoder settings already. `query_states`: the
+    training queries' states (sorted pair queries, see trainer.train), to share across runs on one collection.
 
     Returns:
         (TrainingResult, number of training pairs).
@@ -153,8 +155,8 @@ def train_on_collection(
     negatives = bm25_negatives(documents, pairs, recipe.hard_negative_depth) if recipe.hard_negative_depth > 0 \
         else None
     untrained = copy.deepcopy(model.buckets.state_dict())
-    result = train(model, documents, pairs, args, document_states=states, hard_negatives=negatives, teacher=teacher,
-                   eval_fn=eval_fn, show_progress=show_progress)
+    result = train(model, documents, pairs, args, document_states=states, query_states=query_states,
+                   hard_negatives=negatives, teacher=teacher, eval_fn=eval_fn, show_progress=show_progress)
     if eval_fn is not None and recipe.query_lengths and args.train_backbone_layers == 0:
         result.selection = choose_head_and_query_length(model, untrained, eval_fn, recipe.query_lengths)
     return result, len(pairs)
