@@ -29,6 +29,7 @@ from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.encoder.states import TokenStates, compute_token_states
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
+from uhdsearch.evaluation.experiment import paired_ttest
 from uhdsearch.evaluation.metrics import evaluate, per_query
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.io import read_json, write_json
@@ -122,6 +123,12 @@ class Grid:
                 for m in MEASURES:
                     self.values[scoring, split, m] = np.array(columns[m]).T
 
+    def per_query(self, vector: int | np.ndarray, qids) -> dict[str, float]:
+        """Test binary nDCG@10 of each query at one grid row or one row per query."""
+        v = self.values["binary", "test", "nDCG@10"]
+        pick = v[:, vector] if np.ndim(vector) == 0 else v[np.arange(v.shape[0]), vector]
+        return dict(zip(qids, pick.tolist()))
+
     def row(self, vector: int | np.ndarray, split: str = "test") -> dict:
         """Mean of each measure and scoring, at one grid row or one row per query."""
         out = {}
@@ -182,6 +189,8 @@ def main() -> None:
         qids = [eval_queries[i].query_id for i in rows]
         splits[split] = (np.array(rows), qids, {q: qrels[q] for q in qids if q in qrels})
 
+    test_qids = splits["test"][1]
+
     def untrained(config):
         def build():
             model = UHDEncoder(backbone, config)
@@ -207,7 +216,7 @@ def main() -> None:
     builds = {"untrained": untrained(encoder), "separate": separate, "single-fair": single_fair, "joint": joint,
               "single-fair untrained": untrained(fair)}
     grid = weight_grid(len(layers), args.grid)
-    rows_out, info = [], {}
+    rows_out, info, paired = [], {}, {}
     for name, build in builds.items():
         slug = name.replace(" ", "-")
         model, info[name] = cached_model(cache / "models" / slug, build)
@@ -221,17 +230,22 @@ def main() -> None:
         if model.config.n_buckets == 1:
             rows_out.append({**base, "strategy": f"one bucket, layer {layers[-1]}, dim {fair.dim}, k {fair.wta_k}",
                              **g.row(0, "dev"), **g.row(0)})
+            paired[name, "one bucket"] = g.per_query(0, test_qids)
+            report(args, config_path, settings, recipe, grid, splits, len(documents), info, rows_out, paired)
             continue
         for b, layer in enumerate(layers):
             one_hot = int(np.flatnonzero((grid == np.eye(len(layers))[b]).all(axis=1))[0])
             rows_out.append({**base, "strategy": f"bucket {layer} alone (dim {args.dim}, k {args.wta_k})",
                              **g.row(one_hot, "dev"), **g.row(one_hot)})
+            paired[name, f"bucket {layer} alone"] = g.per_query(one_hot, test_qids)
         rows_out.append({**base, "strategy": "equal weights", "weights": grid[0].tolist(), **g.row(0, "dev"),
                          **g.row(0)})
         dev_binary = g.values["binary", "dev", "nDCG@10"].mean(axis=0)
         tuned = int(np.argmax(dev_binary))  # first of equal scores: equal weights, then nearest to them
         rows_out.append({**base, "strategy": "dev-tuned weights", "weights": grid[tuned].tolist(),
                          **g.row(tuned, "dev"), **g.row(tuned)})
+        paired[name, "equal weights"] = g.per_query(0, test_qids)
+        paired[name, "dev-tuned weights"] = g.per_query(tuned, test_qids)
         # predictor: features from a binary index of this model; utilities = binary nDCG@10 on the fit queries
         index = BinaryIndex.from_encoding(docs, doc_ids, None, model.digest())
         feats = {s: BucketWeightPredictor.features(queries[splits[s][0]], index, "binary") for s in splits}
@@ -244,6 +258,7 @@ def main() -> None:
         rows_out.append({**base, "strategy": "per-query predictor", "alpha": best[1],
                          "dev_tried": [(a, d) for d, a, _ in tried], **g.row(best[2].choose(feats["dev"]), "dev"),
                          **g.row(choice), "test_vectors_used": int(np.unique(choice).size)})
+        paired[name, "per-query predictor"] = g.per_query(choice, test_qids)
         single = [int(np.flatnonzero((grid == np.eye(len(layers))[b]).all(axis=1))[0]) for b in range(len(layers))]
         rows_out.append({**base, "strategy": "oracle: best bucket per query (upper bound)",
                          **g.oracle(np.array(single), "dev"), **g.oracle(np.array(single))})
@@ -263,10 +278,31 @@ def main() -> None:
                 "tuned weights": evaluate(fixed.search(test_data.queries, k=100), test_data.qrels, ["nDCG@10"])}
         print(f"{name}: done at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
         # written after every model, so a run cut short keeps what it measured
-        report(args, config_path, settings, recipe, grid, splits, len(documents), info, rows_out)
+        report(args, config_path, settings, recipe, grid, splits, len(documents), info, rows_out, paired)
 
 
-def report(args, config_path, settings, recipe, grid, splits, n_documents, info, rows_out) -> None:
+COMPARISONS = [  # (a, b): test binary nDCG@10 of a minus b, paired over the test queries
+    (("separate", "dev-tuned weights"), ("single-fair", "one bucket")),
+    (("separate", "dev-tuned weights"), ("separate", "bucket 6 alone")),
+    (("separate", "dev-tuned weights"), ("separate", "equal weights")),
+    (("joint", "dev-tuned weights"), ("separate", "dev-tuned weights")),
+    (("joint", "dev-tuned weights"), ("single-fair", "one bucket")),
+    (("separate", "per-query predictor"), ("separate", "dev-tuned weights")),
+    (("separate", "dev-tuned weights"), ("untrained", "dev-tuned weights")),
+]
+
+
+def paired_rows(paired: dict) -> list[dict]:
+    out = []
+    for a, b in COMPARISONS:
+        if a in paired and b in paired:
+            diff = np.mean([paired[a][q] - paired[b][q] for q in paired[a]])
+            out.append({"a": " / ".join(a), "b": " / ".join(b), "test_binary_nDCG@10_difference": float(diff),
+                        "paired_t_test_p": paired_ttest(paired[a], paired[b])})
+    return out
+
+
+def report(args, config_path, settings, recipe, grid, splits, n_documents, info, rows_out, paired) -> None:
     print(f"\nSciFact: dev = {len(splits['dev'][1])} held-out train queries, test = {len(splits['test'][1])} "
           f"queries, whole corpus ({n_documents:,}); layers {args.layers}, dim {args.dim}, wta_k {args.wta_k} per "
           f"bucket; {args.max_steps} steps max")
@@ -277,10 +313,15 @@ def report(args, config_path, settings, recipe, grid, splits, n_documents, info,
               f"{r['test_weighted_nDCG@10']:8.4f} {r['test_binary_RR@10']:7.4f} {r['test_weighted_RR@10']:7.4f}")
     for key, value in info.items():
         print(f"{key}: {value}")
+    comparisons = paired_rows(paired)
+    for c in comparisons:
+        print(f"{c['a']} - {c['b']}: {c['test_binary_nDCG@10_difference']:+.4f} (paired t-test p = "
+              f"{c['paired_t_test_p']:.3f})")
     write_json(args.out, {"dataset": "scifact", "dev": "10% of train queries (recipe split, seed 0), whole corpus",
                           "backbone": "all-MiniLM-L6-v2 (frozen)", "grid": grid.tolist(),
                           "recipe": recipe.to_json(), "command": " ".join(["python"] + sys.argv),
-                          **record(config_path, settings), "training": info, "rows": rows_out})
+                          **record(config_path, settings), "training": info, "rows": rows_out,
+                          "paired_test_binary_nDCG@10": comparisons})
     print(f"wrote {args.out}", flush=True)
 
 
