@@ -151,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=int)
     parser.add_argument("--layers", type=comma_list(int))
     parser.add_argument("--out", default=str(RESULTS), help="(default: results/buckets_scifact.json)")
+    parser.add_argument("--only", type=comma_list(str), help="the models to run, of: untrained, separate, "
+                        "single-fair, joint, single-fair untrained (default: all, in that order)")
     return parser
 
 
@@ -215,6 +217,10 @@ def main() -> None:
 
     builds = {"untrained": untrained(encoder), "separate": separate, "single-fair": single_fair, "joint": joint,
               "single-fair untrained": untrained(fair)}
+    unknown = set(args.only or ()) - set(builds)
+    if unknown:
+        raise SystemExit(f"--only: unknown models {sorted(unknown)}; choose from {', '.join(builds)}")
+    builds = {name: build for name, build in builds.items() if not args.only or name in args.only}
     grid = weight_grid(len(layers), args.grid)
     rows_out, info, paired = [], {}, {}
     for name, build in builds.items():
