@@ -30,6 +30,8 @@ class Searcher:
             before query_k; None keeps them.
         idf: weight the query dims by IDF: binary scoring sums 4-bit IDF levels of the shared dims (exact;
             slower than binary today), weighted scoring multiplies the query values by the IDF.
+        bucket_predictor: a BucketWeightPredictor (search/bucket_predictor.py, e.g. `.load(model_dir)`): search()
+            picks each query's bucket weights with it instead of `bucket_weights`.
 
     Example:
         >>> from uhdsearch.encoder.config import EncoderConfig
@@ -55,6 +57,7 @@ class Searcher:
         query_selection: Literal["value", "value-idf"] = "value",
         max_df: float | None = None,
         idf: bool = False,
+        bucket_predictor=None,
     ) -> None:
         config = encoder.config
         # Checked here, once, with the encoder named: the index's own checks only see encoded queries.
@@ -95,6 +98,14 @@ class Searcher:
         if len(weights) != index.n_buckets:  # rerank scores without the index's search_encoded, which checks this
             raise UsageError(f"{len(weights)} bucket weights for {index.n_buckets} buckets")
         self.bucket_weights = weights
+        if bucket_predictor is not None:
+            if bucket_predictor.n_buckets != index.n_buckets:
+                raise UsageError(f"the bucket predictor weighs {bucket_predictor.n_buckets} buckets; the index has "
+                                 f"{index.n_buckets}")
+            if bucket_predictor.scoring != self.scoring or self._kernel_scoring != self.scoring:
+                raise UsageError(f"the bucket predictor was fitted for {bucket_predictor.scoring} scoring; this "
+                                 f"searcher scores {self._kernel_scoring}")
+        self.bucket_predictor = bucket_predictor
         self.name = name or f"uhd-{self.scoring}" + ("-idf" if idf else "") + (f"-df{max_df:g}" if max_df else "")
         self._documents: SparseEncoding | None = None  # the index's vectors, loaded by the first rerank
 
@@ -136,11 +147,26 @@ class Searcher:
         batch = 256  # bounds result memory and lets the progress bar move
         for start in tqdm(range(0, len(live), batch), desc="search", disable=not show_progress, leave=False):
             part = live[start:start + batch]
-            numbers, scores = self.index.search_encoded(encoded[start:start + len(part)], k, self.bucket_weights,
-                                                        self._kernel_scoring)
+            numbers, scores = self._search_encoded(encoded[start:start + len(part)], k)
             for query, hits in zip(part, hits_per_query(numbers, scores, doc_ids)):
                 run.results[query.query_id] = [ScoredDoc(d, s) for d, s in hits]
         return run
+
+    def _search_encoded(self, encoded: SparseEncoding, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.bucket_predictor is None:
+            return self.index.search_encoded(encoded, k, self.bucket_weights, self._kernel_scoring)
+        predictor = self.bucket_predictor
+        choice = predictor.choose(predictor.features(encoded, self.index, self._kernel_scoring))
+        numbers = scores = None
+        for row in np.unique(choice):  # one search per weight vector in use, over its queries
+            rows = np.flatnonzero(choice == row)
+            found, values = self.index.search_encoded(encoded[rows], k, tuple(predictor.grid[row]),
+                                                      self._kernel_scoring)
+            if numbers is None:  # the kernels' own shapes and dtypes
+                numbers = np.full((choice.shape[0],) + found.shape[1:], -1, dtype=found.dtype)
+                scores = np.zeros((choice.shape[0],) + values.shape[1:], dtype=values.dtype)
+            numbers[rows], scores[rows] = found, values
+        return numbers, scores
 
     def rerank(self, queries: Mapping[str, str] | Sequence[Query], candidates: Run, k: int = 1000) -> Run:
         """Re-rank each query's candidate documents (e.g. BM25's top 1000) by UHD score.
@@ -151,6 +177,8 @@ class Searcher:
         Raises:
             ValueError: k <= 0, or a candidate doc_id that is not in the index.
         """
+        if self.bucket_predictor is not None:
+            raise UsageError("rerank scores with fixed bucket weights; make a Searcher without bucket_predictor")
         run, live = start_run(queries, k, f"{self.name}-rerank")
         number = {d: i for i, d in enumerate(self.index.doc_ids)}
         pools = {}

@@ -207,21 +207,36 @@ def _top_tokens(winners, dim: int, n: int = 5) -> str:
 
 # ------------------------------------------------------------------ bucket strategies (hook)
 def _bucket_rows(models: dict[str, list[str]], data) -> list[dict[str, Any]]:
-    """Each labelled model with its weighted index, scored the same way, then the per-query oracle."""
+    """Each labelled model with its weighted index, every bucket summed at the model's weights (Eq. 7), binary and
+    weighted; then the per-query oracle over the models (by weighted nDCG@10)."""
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.metrics import per_query
 
     rows, per = [], {}
     for label, (model_dir, index_dir) in models.items():
         model = UHDEncoder.from_pretrained(model_dir).eval()
-        doc_ids, docs = _index_documents(index_dir, model.digest())
-        q = model.encode([x.text for x in data.queries], "query").buckets[0]
-        run = _run(q @ docs.T, doc_ids, data)
-        per[label] = per_query(run, data.qrels, ["nDCG@10"])["nDCG@10"]
-        rows.append({"strategy": label, "nDCG@10": float(np.mean(list(per[label].values())))})
+        doc_ids, buckets = _index_buckets(index_dir, model.digest())
+        queries = model.encode([x.text for x in data.queries], "query").buckets
+        weights = model.config.weights
+        weighted = sum(w * (q @ d.T) for w, q, d in zip(weights, queries, buckets))
+        binary = sum(w * (_bin(q) @ _bin(d).T) for w, q, d in zip(weights, queries, buckets))
+        per[label] = per_query(_run(weighted, doc_ids, data), data.qrels, ["nDCG@10"])["nDCG@10"]
+        rows.append({"strategy": label, "buckets": len(buckets), "weights": list(weights),
+                     "nDCG@10": float(np.mean(list(per[label].values()))),
+                     "nDCG@10 binary": _evaluate(binary, doc_ids, data)["nDCG@10"]})
     oracle = [max(p[qid] for p in per.values()) for qid in next(iter(per.values()))]
     rows.append({"strategy": "per-query oracle", "nDCG@10": float(np.mean(oracle))})
     return rows
+
+
+def _index_buckets(index_dir, digest: str) -> tuple[list[str], list[sp.csr_matrix]]:
+    from uhdsearch.errors import IndexFormatError
+    from uhdsearch.index.inverted import WeightedIndex
+
+    index = WeightedIndex.load(index_dir)
+    if index.encoder_digest != digest:
+        raise IndexFormatError(f"{index_dir} was built by encoder {index.encoder_digest}, not this model ({digest})")
+    return list(index.doc_ids), [b.tocsr().astype(np.float32) for b in index.document_vectors().buckets]
 
 
 def _plots(out_dir, docs, queries, df, d_tokens, q_tokens, fractions, tables) -> dict[str, str]:
