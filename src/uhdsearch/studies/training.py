@@ -44,7 +44,7 @@ QUERY_LENGTHS = {"scifact": 32, "cisi": 64, "medline": 128}
 DEFAULTS: dict[str, Any] = {
     "collections": [None],  # BEIR-layout directories; None: the bundled SciFact
     "recipes": RECIPES,
-    "only": None,  # a list of recipe labels to run, or None for all
+    "only": None,  # recipe labels to run: a list, or {collection name: list}; None: all
     "common": {},  # settings applied to every recipe and to the untrained head (e.g. a smaller dim)
     "max_steps": None,  # a cap on every recipe's steps (None: the preset's 450)
     "query_lengths": QUERY_LENGTHS,
@@ -54,10 +54,10 @@ MEASURES = ["nDCG@10", "RR@10"]
 
 
 def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
-    recipes = _selected(options)
     tables, figures, chosen = {}, {}, {}
     for data_dir in options["collections"]:
-        rows = _collection_rows(data_dir, recipes, options, cache_dir)
+        name = Path(data_dir).name if data_dir else "scifact"
+        rows = _collection_rows(data_dir, _selected(options, name), options, cache_dir)
         name = rows[0]["collection"]
         tables[f"{name}: test nDCG@10 / RR@10 of the kept head, binary and weighted"] = rows
         scored = [r for r in rows[1:] if r["dev_kept"] is not None]
@@ -71,11 +71,13 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
             "chosen_on_dev": chosen, "tables": tables, "figures": figures}
 
 
-def _selected(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _selected(options: dict[str, Any], collection: str) -> dict[str, dict[str, Any]]:
     recipes = options["recipes"]
     if not isinstance(recipes, dict) or not all(isinstance(v, dict) for v in recipes.values()):
         raise UsageError("recipes: give a JSON object {label: {setting: value}} of quickstart-preset overrides")
     only = options["only"]
+    if isinstance(only, dict):
+        only = only.get(collection)
     if only is None:
         return dict(recipes)
     unknown = [label for label in only if label not in recipes]
