@@ -62,6 +62,8 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
         tables[f"{name}: test nDCG@10 / RR@10 of the kept head, binary and weighted"] = rows
         scored = [r for r in rows[1:] if r["dev_kept"] is not None]
         best = max(scored, key=lambda r: r["dev_kept"], default=None)  # the first of equal dev scores
+        if best is not None and best["kept_step"] == 0:  # no recipe beat its own start on dev
+            best = {**rows[0], "dev_kept": best["dev_kept"], "recipe": "the untrained head: every recipe kept step 0"}
         chosen[name] = {"recipe": best["recipe"], "dev_kept": best["dev_kept"], "kept_step": best["kept_step"],
                         "test_binary_nDCG@10": best["binary_nDCG@10"],
                         "change_vs_untrained": best["binary_vs_untrained"]} if best else None
@@ -146,8 +148,30 @@ def _recipe(overrides: dict[str, Any], collection: str, options: dict[str, Any])
 
 
 def _key(data_dir: Path, recipe, options: dict[str, Any], extra: str = "") -> str:
-    blob = json.dumps([str(Path(data_dir).resolve()), recipe.to_json(), options["backbone"], extra], sort_keys=True)
+    """The cache key: the collection, the backbone and the settings that differ from the dataclasses' defaults,
+    so a setting added later at a default that keeps the old behaviour leaves cached rows valid."""
+    blob = json.dumps([str(Path(data_dir).resolve()), _changed_settings(recipe), options["backbone"], extra],
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _changed_settings(recipe) -> dict[str, Any]:
+    from uhdsearch.encoder.config import EncoderConfig
+    from uhdsearch.training.recipe import Recipe
+    from uhdsearch.training.trainer import TrainingArgs
+
+    defaults = _flat(Recipe(encoder=EncoderConfig(), training=TrainingArgs()).to_json())
+    return {k: v for k, v in _flat(recipe.to_json()).items() if k not in defaults or defaults[k] != v}
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
 
 
 def _cached(cache_dir: Path, key: str, compute) -> dict[str, Any]:
