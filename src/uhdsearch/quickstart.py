@@ -232,7 +232,7 @@ def _model_card(data: BeirData, recipe: Recipe, trained: TrainingResult) -> str:
     lines = [f"# UHD encoder trained by `uhdsearch quickstart` on {data.name}", "",
              f"Trained: {_what_trains(recipe)}.", "",
              "| setting | value |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in _flat(recipe.to_json()).items()]
+    lines += [f"| {k} | {v} |" for k, v in recipe.flat_json().items()]
     kept = (f"; dev early stopping kept the weights of step {trained.best_step} (dev nDCG@10 {trained.best_score:.4f}"
             f"{', i.e. the untrained head' if trained.best_step == 0 else ''})" if trained.best_step is not None else "")
     chosen = trained.selection
@@ -248,13 +248,3 @@ def _what_trains(recipe: Recipe) -> str:
     backbone = "backbone frozen" if layers == 0 else "whole backbone" if layers < 0 else f"top {layers} backbone layers"
     return f"WTA heads, {backbone}; {recipe.training.loss} loss over in-batch negatives"
 
-
-def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"encoder": {"dim": 1}} -> {"encoder.dim": 1}."""
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out

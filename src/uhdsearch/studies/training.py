@@ -160,18 +160,8 @@ def _changed_settings(recipe) -> dict[str, Any]:
     from uhdsearch.training.recipe import Recipe
     from uhdsearch.training.trainer import TrainingArgs
 
-    defaults = _flat(Recipe(encoder=EncoderConfig(), training=TrainingArgs()).to_json())
-    return {k: v for k, v in _flat(recipe.to_json()).items() if k not in defaults or defaults[k] != v}
-
-
-def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
+    defaults = Recipe(encoder=EncoderConfig(), training=TrainingArgs()).flat_json()
+    return {k: v for k, v in recipe.flat_json().items() if k not in defaults or defaults[k] != v}
 
 
 def _cached(cache_dir: Path, key: str, compute) -> dict[str, Any]:

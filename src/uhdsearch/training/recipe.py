@@ -120,6 +120,20 @@ class Recipe:
         """Every setting, the encoder's and the loop's nested, tuples as lists (for results files)."""
         return _lists(dataclasses.asdict(self))
 
+    def flat_json(self) -> dict[str, Any]:
+        """to_json() flattened: {"encoder.dim": 32768, ...} (model cards, cache keys)."""
+        return _flat(self.to_json())
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
 
 def _lists(value: Any) -> Any:
     if isinstance(value, dict):
