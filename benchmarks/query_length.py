@@ -43,7 +43,7 @@ def main() -> None:
     recipe = Recipe(teacher=args.teacher)
     _, dev = training_pairs(documents, train_data, recipe)
     if train_data is None:
-        dev = teacher_judged(build_teacher(args.teacher, model, documents, states), documents, dev, recipe.judged_depth)
+        dev = teacher_judged(build_teacher(args.teacher, model.backbone, documents, states), documents, dev, recipe.judged_depth)
     score = dev_evaluator(states, documents, dev)
     rows = []
     for length in args.lengths:

@@ -77,10 +77,10 @@ def run_quickstart(
         The numbers, with the dicts written to results.json and extra_results.json.
 
     Raises:
-        FileExistsError: `out_dir` holds earlier results, or any other files, and not `overwrite`.
+        FileExistsError: `out_dir` holds earlier results and not `overwrite`, or any other files.
     """
     recipe = recipe or PRESETS["fast" if fast else "quickstart"]
-    out = Path(out_dir)
+    out = Path(out_dir).resolve()  # "." has no name to stage beside; resolve before the work, not at the swap
     check_out_dir(out, overwrite)
     data_dir = Path(data_dir) if data_dir is not None else bundled_dataset_dir("scifact")
     data = load_beir(data_dir, split)
@@ -152,9 +152,8 @@ def run_quickstart(
 
 
 def check_out_dir(out: Path, overwrite: bool) -> None:
-    """Refuse, before any work, to replace a directory that holds anything unless `overwrite`.
-
-    The whole directory is replaced, so files other than earlier results would go too. A swap that a kill cut
+    """Refuse, before any work, a directory holding earlier results unless `overwrite`, and one holding anything
+    else always: the whole directory is replaced, so other files would go too. A swap that a kill cut
     short is undone first (recover_directory).
     """
     recover_directory(out)
@@ -166,10 +165,10 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
     if earlier and not overwrite:
         raise FileExistsError(f"{out} already holds results ({', '.join(earlier)}); pass --overwrite to replace them")
     other = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS)
-    if other and not overwrite:
+    if other:  # even with overwrite: replacing the directory whole would delete what is not ours
         shown = ", ".join(other[:5]) + (", ..." if len(other) > 5 else "")
         raise FileExistsError(f"{out} holds other files ({shown}); the quickstart replaces its output directory as a "
-                              "whole: pass --overwrite or give an empty or new directory")
+                              "whole and would delete them: give an empty or new directory")
 
 
 def write_model_and_indexes(stage: Path, model: UHDEncoder, encoded: Any, doc_ids: list[str],

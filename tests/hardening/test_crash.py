@@ -97,8 +97,11 @@ def test_a_failed_quickstart_write_leaves_the_output_as_it_was(tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
     with pytest.raises(FileExistsError, match=r"mine holds other files \(notes.txt\); the quickstart replaces its "
-                                              r"output directory as a whole: pass --overwrite"):
+                                              r"output directory as a whole and would delete them"):
         check_out_dir(tmp_path / "mine", overwrite=False)
+    with pytest.raises(FileExistsError, match=r"mine holds other files \(notes.txt\)"):
+        check_out_dir(tmp_path / "mine", overwrite=True)  # overwrite replaces results, never other files
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
     check_out_dir(tmp_path / "new", overwrite=False)  # missing or empty: fine
     (tmp_path / "new").mkdir()
     check_out_dir(tmp_path / "new", overwrite=False)

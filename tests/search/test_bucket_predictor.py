@@ -103,3 +103,18 @@ def test_searcher_refuses_a_predictor_that_does_not_fit(tiny_encoder_session, mi
     searcher = Searcher(tiny_encoder_session, index, bucket_predictor=forced(0))
     with pytest.raises(UsageError, match="rerank"):
         searcher.rerank(mini_data.queries[:2], searcher.search(mini_data.queries[:2], k=5))
+    with pytest.raises(UsageError, match="max_df or idf"):
+        Searcher(tiny_encoder_session, index, bucket_predictor=forced(0), max_df=0.3)
+
+
+def test_an_index_smaller_than_the_feature_depth_scores_the_missing_ranks_zero(tiny_encoder_session, mini_data,
+                                                                               mini_encoding):
+    from uhdsearch.sparse import SparseEncoding
+
+    few = BinaryIndex.from_encoding(SparseEncoding([b[:4] for b in mini_encoding.buckets]), list(mini_data.corpus)[:4],
+                                    None, tiny_encoder_session.digest())
+    queries = tiny_encoder_session.encode([q.text for q in mini_data.queries[:3]], "query")
+    features = BucketWeightPredictor.features(queries, few, "binary")
+    assert features.shape == (3, 6) and np.all(features[:, [2, 5]] == 0.0)  # the 10th-best of 4 documents
+    run = Searcher(tiny_encoder_session, few, bucket_predictor=forced(1)).search(mini_data.queries[:3], k=10)
+    assert all(len(hits) <= 4 for hits in run.results.values())

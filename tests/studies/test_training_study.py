@@ -62,7 +62,8 @@ def test_rows_cache_and_resume(scifact_mini_dir: Path, tiny_backbone_dir: Path, 
 @pytest.mark.parametrize("change,needle", [({"only": ["nope"]}, "unknown recipe label"),
                                            ({"only": {"scifact-mini": ["nope"]}}, "unknown recipe label"),
                                            ({"recipes": {"x": {"no_such_setting": 1}}}, "unknown Recipe setting"),
-                                           ({"recipes": [1, 2]}, "JSON object")])
+                                           ({"recipes": [1, 2]}, "JSON object"),
+                                           ({"common": {"train_backbone_layers": 1}}, "frozen backbone")])
 def test_bad_options_are_refused(change, needle, scifact_mini_dir, tiny_backbone_dir, tmp_path) -> None:
     options = {**_options(scifact_mini_dir, tiny_backbone_dir), **change}
     with pytest.raises(UsageError, match=needle):

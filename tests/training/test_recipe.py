@@ -132,7 +132,7 @@ def test_without_qrels_the_dev_split_is_held_out_corpus_queries_judged_by_the_te
 
     states = compute_token_states(tiny_encoder.backbone, [d.full_text for d in documents],
                                   [tiny_encoder.backbone.n_layers], 64, show_progress=False)
-    teacher = build_teacher("dense", tiny_encoder, documents, states)
+    teacher = build_teacher("dense", tiny_encoder.backbone, documents, states)
     _, judged = teacher_judged(teacher, documents, dev, depth=3)
     for q in queries:
         scores = teacher.scores([q.text], range(len(documents)))[0]

@@ -84,6 +84,8 @@ class BucketWeightPredictor:
         for b, q in enumerate(queries.buckets):
             one_hot = [1.0 if i == b else 0.0 for i in range(n_buckets)]
             _, scores = index.search_encoded(queries, DEPTH, one_hot, scoring)
+            if scores.shape[1] < DEPTH:  # fewer documents than DEPTH: the missing ranks score 0
+                scores = np.pad(scores, ((0, 0), (0, DEPTH - scores.shape[1])))
             active = np.diff(q.indptr)
             self_score = active if scoring == "binary" else np.asarray(q.multiply(q).sum(axis=1)).ravel()
             self_score = np.maximum(self_score, 1e-12)

@@ -102,6 +102,8 @@ class Searcher:
             if bucket_predictor.n_buckets != index.n_buckets:
                 raise UsageError(f"the bucket predictor weighs {bucket_predictor.n_buckets} buckets; the index has "
                                  f"{index.n_buckets}")
+            if self.weighting is not None:  # its features were computed on unweighted queries
+                raise UsageError("a bucket predictor cannot be combined with max_df or idf query weighting")
             if bucket_predictor.scoring != self.scoring or self._kernel_scoring != self.scoring:
                 raise UsageError(f"the bucket predictor was fitted for {bucket_predictor.scoring} scoring; this "
                                  f"searcher scores {self._kernel_scoring}")

@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "backbone": None,  # a local backbone directory; None: all-MiniLM-L6-v2
 }
 MEASURES = ["nDCG@10", "RR@10"]
+ROWS_VERSION = 1  # bump when a default or the way a row is trained or scored changes: cached rows are then redone
 
 
 def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
@@ -106,9 +107,8 @@ def _collection_rows(data_dir, recipes, options, cache_dir: Path) -> list[dict[s
     backbone = states = None  # one backbone pass, only when a row is not cached yet
     if missing:
         backbone = Backbone.from_pretrained(options["backbone"])
-        n = backbone.n_layers
-        layers = sorted({n} | {lay if lay > 0 else n + 1 + lay for r in settings.values()
-                               for lay in r.encoder.bucket_layers})
+        layers = sorted({backbone.n_layers} | {backbone.resolve_layer(lay) for r in settings.values()
+                                               for lay in r.encoder.bucket_layers})
         lengths = {r.encoder.document_max_length for r in settings.values()} | {
             _recipe({}, data.name, options).encoder.document_max_length}
         if len(lengths) > 1:
@@ -142,16 +142,21 @@ def _recipe(overrides: dict[str, Any], collection: str, options: dict[str, Any])
         changes["query_max_length"] = int(length)
     changes.setdefault("max_minutes", 60.0)  # the step cap decides, not the machine's load
     try:
-        return preset("quickstart", query_lengths=(), **changes)
+        recipe = preset("quickstart", query_lengths=(), **changes)
     except TypeError as exc:
         raise UsageError(f"recipes: {exc}") from exc
+    if recipe.training.train_backbone_layers != 0:  # every row shares one backbone and its cached states
+        raise UsageError("recipes: the training study trains heads on a frozen backbone; train_backbone_layers "
+                         "must be 0 (benchmarks/backbone_training.py measures backbone training)")
+    return recipe
 
 
 def _key(data_dir: Path, recipe, options: dict[str, Any], extra: str = "") -> str:
-    """The cache key: the collection, the backbone and the settings that differ from the dataclasses' defaults,
-    so a setting added later at a default that keeps the old behaviour leaves cached rows valid."""
-    blob = json.dumps([str(Path(data_dir).resolve()), _changed_settings(recipe), options["backbone"], extra],
-                      sort_keys=True)
+    """The cache key: the collection, the backbone, ROWS_VERSION and the settings that differ from the dataclasses'
+    defaults, so a setting added later at a default that keeps the old behaviour leaves cached rows valid. Changing
+    a default, or how a row is trained or scored, must bump ROWS_VERSION."""
+    blob = json.dumps([str(Path(data_dir).resolve()), _changed_settings(recipe), options["backbone"], extra]
+                      + ([ROWS_VERSION] if ROWS_VERSION > 1 else []), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 

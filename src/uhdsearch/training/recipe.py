@@ -6,6 +6,7 @@ stopping in which the untrained head (step 0) competes. The named settings are i
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import random
@@ -18,6 +19,7 @@ import numpy as np
 
 from uhdsearch.baselines.bm25 import BM25Retriever
 from uhdsearch.baselines.dense import DenseRetriever, mean_pool
+from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.encoder.states import TokenStates, compute_token_states
@@ -165,11 +167,13 @@ def train_on_collection(
     pairs, dev = training_pairs(documents, train_data, recipe)
     teacher = None
     unlabelled = dev is not None and not _has_qrels(train_data, recipe)
+    # Teachers read a backbone that does not train (the model's own when it is frozen).
+    frozen = model.backbone if args.train_backbone_layers == 0 else copy.deepcopy(model.backbone)
     if args.distill_weight > 0 or args.loss in ("kl", "margin_mse") or unlabelled:
-        teacher = build_teacher(recipe.teacher, model, documents, states, dense)
+        teacher = build_teacher(recipe.teacher, frozen, documents, states, dense)
     if unlabelled:
         judge = teacher if recipe.dev_teacher in (None, recipe.teacher) else \
-            build_teacher(recipe.dev_teacher, model, documents, states, dense)
+            build_teacher(recipe.dev_teacher, frozen, documents, states, dense)
         dev = teacher_judged(judge, documents, dev, recipe.judged_depth)
     # With the top layers training, dev documents are re-encoded from the states at their input.
     eval_fn = dev_evaluator(states.select(cached) if cached else None, documents, dev) \
@@ -315,17 +319,21 @@ def dev_evaluator(
 
 
 def build_teacher(
-    name: str, model: UHDEncoder, documents: Sequence[Document], states: TokenStates,
+    name: str, backbone: Backbone, documents: Sequence[Document], states: TokenStates,
     dense: DenseRetriever | None = None,
 ) -> TeacherScorer:
-    """The backbone as a teacher over `documents`, from the token states the recipe computed anyway."""
+    """`backbone` as a teacher over `documents`, from the token states the recipe computed anyway.
+
+    Give a backbone that does not train (a copy, when some of the model's layers train): the teacher encodes each
+    query when it first sees it, so a drifting backbone would score later queries differently.
+    """
     if name == "sum-of-max":
         from uhdsearch.baselines.multivector import SumOfMaxReranker
 
-        reranker = SumOfMaxReranker.build(documents, backbone=model.backbone, states=states, show_progress=False)
+        reranker = SumOfMaxReranker.build(documents, backbone=backbone, states=states, show_progress=False)
         return CachedTeacher(SumOfMaxTeacher.from_reranker(reranker))
-    dense = dense or DenseRetriever.build(documents, backbone=model.backbone, states=states, show_progress=False)
-    return CachedTeacher(DenseTeacher(None, mean_pool(states, model.backbone.n_layers), dense.encode_queries))
+    dense = dense or DenseRetriever.build(documents, backbone=backbone, states=states, show_progress=False)
+    return CachedTeacher(DenseTeacher(None, mean_pool(states, backbone.n_layers), dense.encode_queries))
 
 
 def teacher_judged(teacher: TeacherScorer, documents: Sequence[Document], dev: DevSplit, depth: int) -> DevSplit:
