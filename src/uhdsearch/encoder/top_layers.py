@@ -69,7 +69,7 @@ def run_top_layers(backbone, tokens: torch.Tensor, token_text: torch.Tensor, n_t
     out = {}
     for layer in range(cut + 1, max(wanted) + 1):
         hidden = modules[layer - 1](hidden, attention)
-        if isinstance(hidden, tuple):  # older transformers return (states, ...)
+        if isinstance(hidden, tuple):  # some 5.x releases still return (states, ...)
             hidden = hidden[0]
         if layer in wanted:
             out[layer] = hidden[token_text, position]
