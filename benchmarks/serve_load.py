@@ -1,7 +1,7 @@
 """Load test of `uhdsearch serve`: 50 concurrent clients for 60 s, mixed /search and /explain (locust, headless).
 
-Run 1 serves the 100k-document index of search_speed.py; run 2 a segmented SciFact index while one writer adds,
-deletes and commits. Every search in run 2 checks that it sees a committed state: each writer batch is 4 copies of
+Run 1 serves the 100k-document index of search_speed.py; run 2 the same 100k documents as a segmented index while
+one writer adds SciFact documents (encoded by the server), deletes and commits. Every search in run 2 checks that it sees a committed state: each writer batch is 4 copies of
 one text, so a query with that text finds all 4 or none (never a half-added or half-deleted batch); a violation
 counts as a failed request. The server runs as `uhdsearch serve` in its own process; its resident memory is read
 at the start and the end of the load.
@@ -98,10 +98,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(index_dir: Path, model: Path, data: Path | None, port: int, typical_sample: int) -> subprocess.Popen:
+def start_server(index_dir: Path, model: Path, data: Path | None, port: int, typical_sample: int,
+                 serve_options: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = [sys.executable, "-m", "uhdsearch.cli.main", "--quiet", "serve", str(index_dir), "--model", str(model),
-               "--port", str(port), "--typical-sample", str(typical_sample)]
+               "--port", str(port), "--typical-sample", str(typical_sample), *serve_options]
     if data is not None:
         command += ["--data", str(data)]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -146,7 +147,7 @@ def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[s
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
-    process = start_server(index_dir, Path(args.model), data, port, args.typical_sample)
+    process = start_server(index_dir, Path(args.model), data, port, args.typical_sample, args.serve_options)
     try:
         wait_ready(base, process)
         log(f"{name}: server ready after {time.perf_counter() - started:.0f} s")
@@ -227,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--writer-pause", dest="writer_pause", type=float)
     parser.add_argument("--work-dir", dest="work_dir")
     parser.add_argument("--typical-sample", dest="typical_sample", type=int)
+    parser.add_argument("--serve-options", dest="serve_options", type=lambda s: s.split(),
+                        help="extra `uhdsearch serve` options, space-separated, e.g. '--onnx --workers 2'")
     parser.add_argument("--runs", default="static,writer", help="which runs: static, writer or both")
     parser.add_argument("--out", type=Path, default=OUT_JSON)
     return parser
@@ -235,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args, config, settings = parse_args(build_parser(), "serve_load", argv)
     from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_queries
+    from uhdsearch.index.inverted import InvertedIndex
 
     scifact = bundled_dataset_dir("scifact")
     queries = [q.text for q in load_queries(scifact / "queries.jsonl").values()]
@@ -244,8 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     if "static" in wanted:
         runs.append(one_run("100k static, search+explain", Path(args.static_index), None, args, queries, False))
     if "writer" in wanted:
-        live = build_live_index(Path(args.live_source), ROOT / args.work_dir / "scifact-live")
-        runs.append(one_run("SciFact segmented, + writer", live, scifact, args, queries, True))
+        live = build_live_index(Path(args.live_source), ROOT / args.work_dir / "live")
+        n = len(InvertedIndex.load(args.live_source).doc_ids)
+        runs.append(one_run(f"{n // 1000}k segmented, + writer", live, None, args, queries, True))
     print(table(runs))
     result = {"runs": runs, "cpu_count": os.cpu_count(), "load_average_before": load_before,
               "load_average_after": os.getloadavg(),

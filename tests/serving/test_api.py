@@ -198,3 +198,40 @@ def test_settings_refuse_bad_limits_and_check_the_token():
     assert keyed.write_refusal(None)[0] == 401 and keyed.write_refusal("s3cre")[0] == 401
     assert keyed.write_refusal("s3cret") is None
     json.dumps(ServeSettings().__dict__)  # plain values, loggable
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_at_most_workers_requests_encode_or_search_at_once(served, served_encoder, corpus, workers):
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    service = SearchService.open(served_encoder, served / "index", corpus)
+    running, peak, lock = [0], [0], threading.Lock()
+    search = service.search
+
+    def counted(*args, **kwargs):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)  # long enough for the other requests to arrive meanwhile
+        try:
+            return search(*args, **kwargs)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    service.search = counted
+    with TestClient(create_app(service, ServeSettings(workers=workers))) as c:
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(lambda i: c.get("/search", params={"q": f"{QUERY} {i}"}).status_code,
+                                     range(8)))
+    assert statuses == [200] * 8
+    assert peak[0] == workers
+
+
+def test_workers_must_be_positive():
+    from uhdsearch.errors import UsageError
+
+    with pytest.raises(UsageError, match="workers=0"):
+        ServeSettings(workers=0)

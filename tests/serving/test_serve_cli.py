@@ -8,6 +8,7 @@ import pytest
     (["--bm25"], "--bm25 needs --data"),
     (["--port", "70000"], "--port 70000"),
     (["--max-k", "0"], "max_k=0"),
+    (["--workers", "-1"], "--workers -1"),
 ])
 def test_serve_option_errors(served, capsys, args, words):
     from uhdsearch.cli.main import main

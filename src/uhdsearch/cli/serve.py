@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -34,6 +35,10 @@ def serve(
     max_body_bytes: int = typer.Option(1_048_576, "--max-body-bytes"),
     request_timeout: float = typer.Option(30.0, "--request-timeout", help="Seconds before a request gets 503; "
                                           "also the grace period for in-flight requests at SIGTERM."),
+    workers: int = typer.Option(0, "--workers", help="Requests encoding or searching at once (the rest queue); "
+                                "0: one per CPU core, each with one torch thread."),
+    onnx: bool = typer.Option(False, "--onnx", help="Encode queries with the backbone in ONNX Runtime (~2x "
+                              "faster on a CPU; the same float32 graph, as `uhdsearch search --onnx`)."),
     shards: int = typer.Option(0, "--shards", help="Split a static index into N shards searched in parallel on "
                                "Ray actors (extra: ray); read-only. 0: one index in this process."),
     ray_address: Optional[str] = typer.Option(None, "--ray", help="With --shards: a Ray cluster address, or "
@@ -55,21 +60,32 @@ def serve(
     if not loopback:
         logger.warning("listening on %s: reachable beyond this machine; %s", host,
                        "writes need the API key" if api_key else "writes are off (no --api-key)")
+    if workers < 0:
+        raise UsageError(f"--workers {workers} must be 0 (one per core) or a positive number")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = workers or cores
+    torch_threads = max(1, cores // workers)  # workers x threads fits the cores
     settings = ServeSettings(max_query_chars=max_query_chars, max_k=max_k, max_batch=max_batch,
                              max_body_bytes=max_body_bytes, request_timeout_s=request_timeout, api_key=api_key,
-                             loopback=loopback)
+                             loopback=loopback, workers=workers)
     if shards < 0:
         raise UsageError(f"--shards {shards} must be 0 (no sharding) or a positive number of shards")
     if (ray_address or shard_dir) and not shards:
         raise UsageError("--ray and --shard-dir apply to --shards N")
     sharding = (shards, None if ray_address in (None, "local") else ray_address, shard_dir) if shards else None
-    app = create_app(open_service(index_dir, model, data, bm25, not read_only, typical_sample, sharding), settings)
+    service = open_service(index_dir, model, data, bm25, not read_only, typical_sample, sharding,
+                           onnx_threads=torch_threads if onnx else None)
+    import torch
+
+    torch.set_num_threads(torch_threads)  # only now: option errors must leave the calling process as it was
+    app = create_app(service, settings)
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=max(1, int(request_timeout)),
                 log_level="info")
 
 
 def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool, writable: bool,
-                 typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path]] | None = None):
+                 typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path]] | None = None,
+                 onnx_threads: int | None = None):
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_corpus
     from uhdsearch.serving.service import SearchService
@@ -85,6 +101,8 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
 
         retriever = BM25Retriever.build(corpus, show_progress=False)
     encoder = UHDEncoder.from_pretrained(model)
+    if onnx_threads:
+        encoder.use_onnx_runtime(threads=onnx_threads)
     logger.info("serving %s with %s", index_dir, model)
     if sharding is not None:
         from uhdsearch.scale.sharded_service import open_sharded_service

@@ -1,7 +1,8 @@
 """create_app(service, settings) -> FastAPI: the search API, the page at `/`, JSON errors, limits, metrics.
 
 Every error is `{"error": message}` with a 4xx status (5xx only for a bug or a timeout), never a traceback.
-Blocking work (encoding, index search) runs in the worker thread pool so the event loop keeps answering.
+Blocking work (encoding, index search) runs in worker threads, at most `settings.workers` at once, so the event
+loop keeps answering and the cores are not oversubscribed.
 """
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
 from fastapi import FastAPI, Header, Query as Param, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from uhdsearch.errors import UhdError
@@ -57,9 +58,12 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     app.add_middleware(_Measure, metrics=metrics)
     _add_error_handlers(app)
 
+    compute = anyio.CapacityLimiter(settings.workers)
+
     async def blocking(fn, *args):
         try:
-            return await asyncio.wait_for(run_in_threadpool(fn, *args), settings.request_timeout_s)
+            return await asyncio.wait_for(anyio.to_thread.run_sync(fn, *args, limiter=compute),
+                                          settings.request_timeout_s)
         except asyncio.TimeoutError:
             raise ServiceError(503, f"the request took longer than {settings.request_timeout_s:g} s") from None
 
