@@ -34,8 +34,11 @@ def serve(
     max_body_bytes: int = typer.Option(1_048_576, "--max-body-bytes"),
     request_timeout: float = typer.Option(30.0, "--request-timeout", help="Seconds before a request gets 503; "
                                           "also the grace period for in-flight requests at SIGTERM."),
-    shards: int = typer.Option(0, "--shards", help="Split a static index into N shards searched in parallel on "
-                               "Ray actors (extra: ray); read-only. 0: one index in this process."),
+    shards: int = typer.Option(0, "--shards", help="Split the index (static, or a segmented one's live "
+                               "documents) into N shards searched in parallel on Ray actors (extra: ray); "
+                               "read-only. 0: one index in this process."),
+    replicas: int = typer.Option(1, "--replicas", help="With --shards: actors per shard; requests spread over "
+                                 "them and a dead one's go to another."),
     ray_address: Optional[str] = typer.Option(None, "--ray", help="With --shards: a Ray cluster address, or "
                                               "'local' (the default) for a local cluster."),
     shard_dir: Optional[Path] = typer.Option(None, "--shard-dir", help="With --shards: where the shards are "
@@ -60,16 +63,19 @@ def serve(
                              loopback=loopback)
     if shards < 0:
         raise UsageError(f"--shards {shards} must be 0 (no sharding) or a positive number of shards")
-    if (ray_address or shard_dir) and not shards:
-        raise UsageError("--ray and --shard-dir apply to --shards N")
-    sharding = (shards, None if ray_address in (None, "local") else ray_address, shard_dir) if shards else None
+    if (ray_address or shard_dir or replicas != 1) and not shards:
+        raise UsageError("--ray, --shard-dir and --replicas apply to --shards N")
+    if replicas < 1:
+        raise UsageError(f"--replicas {replicas} must be a positive number of actors per shard")
+    sharding = (shards, None if ray_address in (None, "local") else ray_address, shard_dir, replicas) \
+        if shards else None
     app = create_app(open_service(index_dir, model, data, bm25, not read_only, typical_sample, sharding), settings)
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=max(1, int(request_timeout)),
                 log_level="info")
 
 
 def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool, writable: bool,
-                 typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path]] | None = None):
+                 typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path], int] | None = None):
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_corpus
     from uhdsearch.serving.service import SearchService
@@ -89,8 +95,8 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
     if sharding is not None:
         from uhdsearch.scale.sharded_service import open_sharded_service
 
-        n_shards, address, shard_dir = sharding
+        n_shards, address, shard_dir, replicas = sharding
         return open_sharded_service(encoder, index_dir, n_shards, address, shard_dir, corpus, retriever,
-                                    typical_sample if corpus else 0)
+                                    typical_sample if corpus else 0, replicas=replicas)
     return SearchService.open(encoder, index_dir, corpus, writable, retriever,
                               typical_sample if corpus else 0)
