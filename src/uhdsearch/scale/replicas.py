@@ -46,7 +46,7 @@ class ReplicaGroups:
     def everyone(self) -> list:
         return [actor for shard in range(self.n_shards) for actor in self.live(shard)]
 
-    def call(self, method: str, args: Sequence[tuple], timeout: float | None = None) -> list:
+    def call(self, method: str, args: Sequence[tuple]) -> list:
         """`method(*args[i])` on one replica of each shard i, in parallel; results in shard order.
 
         Successive calls start at successive replicas (round robin), so R replicas share the requests.
@@ -57,7 +57,7 @@ class ReplicaGroups:
         turn = next(self._turn)
         chosen = [self._pick(i, turn) for i in range(self.n_shards)]
         pending = [getattr(actor, method).remote(*a) for actor, a in zip(chosen, args)]
-        return [self._get(i, actor, ref, method, a, turn, timeout)
+        return [self._get(i, actor, ref, method, a, turn)
                 for i, (actor, ref, a) in enumerate(zip(chosen, pending, args))]
 
     def _pick(self, shard: int, turn: int):
@@ -68,10 +68,10 @@ class ReplicaGroups:
             raise ShardUnavailableError(f"every replica of shard {shard} has died")
         return live[turn % len(live)]
 
-    def _get(self, shard: int, actor, ref, method: str, args: tuple, turn: int, timeout: float | None):
+    def _get(self, shard: int, actor, ref, method: str, args: tuple, turn: int):
         while True:
             try:
-                return self._ray.get(ref, timeout=timeout)
+                return self._ray.get(ref)
             except self._ray.exceptions.RayActorError as exc:
                 if self.closed:
                     raise
