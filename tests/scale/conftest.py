@@ -1,6 +1,8 @@
 """Fixtures for the scale tests: a saved tiny model, one local Ray cluster (2 CPUs) for the whole session."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -17,6 +19,25 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     from uhdsearch.scale.cluster import connect
 
+    # Ray waits 30 s for its GCS server to start, which a loaded 2-core machine can exceed.
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "180")
     connect(None, num_cpus=2)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def segmented_index(tmp_path, tiny_encoder_session, mini_encoding, mini_data):
+    """scifact-mini in 3 committed segments with 25 documents deleted across them (375 live)."""
+    from uhdsearch.index.live.segments import SegmentedIndex
+
+    ids = list(mini_data.corpus)
+    index = SegmentedIndex.create(tmp_path / "segmented", "weighted", tiny_encoder_session.config.dim,
+                                  mini_encoding.n_buckets, tiny_encoder_session.digest())
+    for start, stop in ((0, 150), (150, 300), (300, 400)):
+        index.add(mini_encoding[start:stop], ids[start:stop])
+        index.commit()
+    assert index.delete(ids[::16]) == 25
+    index.commit()
+    index.close()
+    return tmp_path / "segmented"

@@ -110,3 +110,21 @@ def test_a_killed_driver_leaves_the_previous_index(ray_cluster, tiny_model_dir, 
     reopened = SegmentedIndex.open(out)
     assert list(reopened.doc_ids) == [next(iter(mini_data.corpus))]
     assert any(p.name.startswith(".index.tmp-") for p in tmp_path.iterdir())  # killed while writing
+
+
+def test_gpus_the_cluster_lacks_are_refused_naming_the_option(ray_cluster, tiny_model_dir, mini_data,
+                                                              scifact_mini_dir, tmp_path, capsys):
+    from uhdsearch.cli.main import main
+    from uhdsearch.errors import UsageError
+
+    if ray_cluster.cluster_resources().get("GPU", 0) > 0:
+        pytest.skip("this cluster has GPUs")
+    words = r"gpus_per_worker=1 \(--gpus-per-worker\) x 2 workers needs 2 GPUs; the cluster has 0"
+    with pytest.raises(UsageError, match=words):
+        build_on_ray(tiny_model_dir, mini_data.corpus, tmp_path / "ray", gpus_per_worker=1, show_progress=False)
+    assert not (tmp_path / "ray").exists()
+    args = ["index", "--model", str(tiny_model_dir), "--data", str(scifact_mini_dir), "--out", str(tmp_path / "cli")]
+    assert main([*args, "--ray", "local", "--gpus-per-worker", "0.5"]) == 2
+    assert "--gpus-per-worker" in capsys.readouterr().err
+    assert main([*args, "--gpus-per-worker", "1"]) == 2  # no --ray: nothing would use the GPU
+    assert "--gpus-per-worker applies to --ray" in capsys.readouterr().err

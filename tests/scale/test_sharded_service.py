@@ -67,10 +67,10 @@ def test_matching_shards_are_reused_and_others_rewritten(tiny_encoder_session, s
     again = shard_dirs_for(static_index, 2, shards)
     assert again == first and [p.stat().st_mtime_ns for p in again] == stamps  # reused, not rewritten
     three = shard_dirs_for(static_index, 3, shards)
-    assert sorted(p.name for p in shards.iterdir()) == ["shard_0", "shard_1", "shard_2"]
+    assert sorted(p.name for p in shards.iterdir()) == ["shard_0", "shard_1", "shard_2", "source.json"]
     assert [p.name for p in three] == ["shard_0", "shard_1", "shard_2"]
     back = shard_dirs_for(static_index, 2, shards)  # the third shard of the earlier split goes
-    assert sorted(p.name for p in shards.iterdir()) == ["shard_0", "shard_1"] and len(back) == 2
+    assert sorted(p.name for p in shards.iterdir()) == ["shard_0", "shard_1", "source.json"] and len(back) == 2
 
 
 def test_a_shard_dir_holding_other_things_is_refused(static_index, tmp_path):
@@ -83,6 +83,8 @@ def test_a_shard_dir_holding_other_things_is_refused(static_index, tmp_path):
 @pytest.mark.parametrize(("args", "words"), [
     (["--shards", "-1"], "--shards -1"),
     (["--ray", "local"], "apply to --shards"),
+    (["--replicas", "2"], "apply to --shards"),
+    (["--shards", "2", "--replicas", "0"], "--replicas 0 must be a positive"),
 ])
 def test_serve_shard_option_errors(static_index, tmp_path, tiny_encoder_session, capsys, args, words):
     from uhdsearch.cli.main import main
@@ -90,3 +92,34 @@ def test_serve_shard_option_errors(static_index, tmp_path, tiny_encoder_session,
     tiny_encoder_session.save_pretrained(tmp_path / "model")
     assert main(["serve", str(static_index), "--model", str(tmp_path / "model"), *args]) == 2
     assert words in capsys.readouterr().err
+
+
+def test_a_segmented_index_is_served_sharded_by_its_live_documents(ray_cluster, tiny_encoder_session, mini_data,
+                                                                   segmented_index, tmp_path):
+    plain = SearchService.open(tiny_encoder_session, segmented_index, mini_data.corpus, writable=False)
+    sharded = open_sharded_service(tiny_encoder_session, segmented_index, 2, None, tmp_path / "shards",
+                                   mini_data.corpus)
+    try:
+        assert sharded.snapshot.index.n_documents == 375
+        expected, got = _answers(plain, ks=(10, 400)), _answers(sharded, ks=(10, 400))
+        assert got == expected
+        deleted = list(mini_data.corpus)[::16]
+        assert not {h[0] for a in got if isinstance(a, list) for h in a} & set(deleted)
+    finally:
+        sharded.snapshot.index.close()
+
+
+def test_shards_of_a_segmented_index_are_rewritten_after_a_new_commit(segmented_index, tmp_path):
+    from uhdsearch.index.inverted import InvertedIndex
+    from uhdsearch.index.live.segments import SegmentedIndex
+
+    shards = tmp_path / "shards"
+    first = shard_dirs_for(segmented_index, 2, shards)
+    stamps = [p.stat().st_mtime_ns for p in first]
+    assert shard_dirs_for(segmented_index, 2, shards) == first
+    assert [p.stat().st_mtime_ns for p in first] == stamps  # same commit: reused
+    with SegmentedIndex.open(segmented_index, writable=True) as writer:
+        assert writer.delete([next(d for d in writer.doc_ids if d is not None)]) == 1
+        writer.commit()
+    again = shard_dirs_for(segmented_index, 2, shards)
+    assert sum(InvertedIndex.load(p).n_documents for p in again) == 374  # the new commit's live documents

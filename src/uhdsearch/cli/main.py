@@ -166,6 +166,8 @@ def index(
     ray: Optional[str] = typer.Option(None, "--ray", help="Encode on Ray: a cluster address, or 'local'; "
                                       "writes a segmented index (extra: ray)."),
     workers: int = typer.Option(2, "--workers", help="Ray encoding actors (with --ray)."),
+    gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", help="With --ray: GPUs reserved per actor, "
+                                          "which then encodes on its GPU (0.5: two actors share one)."),
 ) -> None:
     """Encode a corpus and write a binarized (or weighted) inverted index."""
     from uhdsearch.encoder.model import UHDEncoder
@@ -176,12 +178,16 @@ def index(
         raise UsageError(f"--variant {variant!r}; choose binary or weighted")
     if batch_size <= 0:
         raise UsageError(f"--batch-size {batch_size} must be a positive integer")
+    if gpus_per_worker and ray is None:
+        raise UsageError("--gpus-per-worker applies to --ray (without it, encoding runs in this process)")
+    if gpus_per_worker < 0:
+        raise UsageError(f"--gpus-per-worker {gpus_per_worker:g} must be 0 or more")
     check_output_dir(out, {"--data": data, "--model": model})
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
     if ray is not None:
         from uhdsearch.cli.scale import index_on_ray
 
-        return index_on_ray(model, corpus, out, variant, batch_size, overwrite, ray, workers)
+        return index_on_ray(model, corpus, out, variant, batch_size, overwrite, ray, workers, gpus_per_worker)
     encoder = UHDEncoder.from_pretrained(model)
     klass = BinaryIndex if variant == "binary" else WeightedIndex
     built = klass.build(encoder, corpus, out, batch_size=batch_size, overwrite=overwrite)

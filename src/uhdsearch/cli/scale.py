@@ -10,14 +10,16 @@ export_app = typer.Typer(no_args_is_help=True, help="Write an index into another
 
 
 def index_on_ray(model: Path, corpus, out: Path, variant: str, batch_size: int, overwrite: bool, address: str,
-                 workers: int) -> None:
+                 workers: int, gpus_per_worker: float = 0.0) -> None:
     """`uhdsearch index --ray ADDRESS|local`: encode on Ray actors, write a segmented index."""
     from uhdsearch.scale.ray_index import build_on_ray
 
     built = build_on_ray(model, corpus, out, variant, address=None if address == "local" else address,
-                         n_workers=workers, batch_size=batch_size, overwrite=overwrite)
+                         n_workers=workers, batch_size=batch_size, overwrite=overwrite,
+                         gpus_per_worker=gpus_per_worker)
     typer.echo(json.dumps({"index": str(out), "variant": variant, "n_documents": built.n_documents,
-                           "n_segments": built.n_segments, "ray": address, "workers": workers}))
+                           "n_segments": built.n_segments, "ray": address, "workers": workers,
+                           "gpus_per_worker": gpus_per_worker}))
 
 
 @export_app.command("milvus")

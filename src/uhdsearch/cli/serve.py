@@ -39,8 +39,11 @@ def serve(
                                 "0: one per CPU core, each with one torch thread."),
     onnx: bool = typer.Option(False, "--onnx", help="Encode queries with the backbone in ONNX Runtime (~2x "
                               "faster on a CPU; the same float32 graph, as `uhdsearch search --onnx`)."),
-    shards: int = typer.Option(0, "--shards", help="Split a static index into N shards searched in parallel on "
-                               "Ray actors (extra: ray); read-only. 0: one index in this process."),
+    shards: int = typer.Option(0, "--shards", help="Split the index (static, or a segmented one's live "
+                               "documents) into N shards searched in parallel on Ray actors (extra: ray); "
+                               "read-only. 0: one index in this process."),
+    replicas: int = typer.Option(1, "--replicas", help="With --shards: actors per shard; requests spread over "
+                                 "them and a dead one's go to another."),
     ray_address: Optional[str] = typer.Option(None, "--ray", help="With --shards: a Ray cluster address, or "
                                               "'local' (the default) for a local cluster."),
     shard_dir: Optional[Path] = typer.Option(None, "--shard-dir", help="With --shards: where the shards are "
@@ -70,9 +73,12 @@ def serve(
                              loopback=loopback, workers=workers)
     if shards < 0:
         raise UsageError(f"--shards {shards} must be 0 (no sharding) or a positive number of shards")
-    if (ray_address or shard_dir) and not shards:
-        raise UsageError("--ray and --shard-dir apply to --shards N")
-    sharding = (shards, None if ray_address in (None, "local") else ray_address, shard_dir) if shards else None
+    if (ray_address or shard_dir or replicas != 1) and not shards:
+        raise UsageError("--ray, --shard-dir and --replicas apply to --shards N")
+    if replicas < 1:
+        raise UsageError(f"--replicas {replicas} must be a positive number of actors per shard")
+    sharding = (shards, None if ray_address in (None, "local") else ray_address, shard_dir, replicas) \
+        if shards else None
     service = open_service(index_dir, model, data, bm25, not read_only, typical_sample, sharding,
                            onnx_threads=torch_threads if onnx else None)
     import torch
@@ -84,7 +90,7 @@ def serve(
 
 
 def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool, writable: bool,
-                 typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path]] | None = None,
+                 typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path], int] | None = None,
                  onnx_threads: int | None = None):
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_corpus
@@ -107,8 +113,8 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
     if sharding is not None:
         from uhdsearch.scale.sharded_service import open_sharded_service
 
-        n_shards, address, shard_dir = sharding
+        n_shards, address, shard_dir, replicas = sharding
         return open_sharded_service(encoder, index_dir, n_shards, address, shard_dir, corpus, retriever,
-                                    typical_sample if corpus else 0)
+                                    typical_sample if corpus else 0, replicas=replicas)
     return SearchService.open(encoder, index_dir, corpus, writable, retriever,
                               typical_sample if corpus else 0)

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.buckets import Buckets
 from uhdsearch.encoder.config import EncoderConfig
+from uhdsearch.encoder.device import resolve_device
 from uhdsearch.encoder.onnx_backbone import OnnxBackbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
 from uhdsearch.encoder.top_layers import bucket_token_states
@@ -73,6 +74,30 @@ class UHDEncoder(nn.Module):
         batch = self.backbone.tokenize(list(texts), max_length)
         return self._encode_batch(batch["input_ids"], batch["attention_mask"], wta_k)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are and encoding runs (`to_device`); the CPU unless moved."""
+        return next(iter(self.buckets.wta.values())).weight.device
+
+    def to_device(self, device: str | torch.device, option: str = "device") -> UHDEncoder:
+        """Move the encoder to `device` ("cpu", "cuda", "cuda:1", "mps"); returns self.
+
+        Encoding then runs the backbone and the WTA layer there on each batch, and only the sparse winners come
+        back to the host as CSR; the results equal the CPU's up to float tolerance (GPU kernels sum in other
+        orders). The digest is unchanged: it reads the same weights. Encoding from cached states whose top
+        layers train (`forward_states` below the buckets) stays on the CPU.
+
+        Raises:
+            UsageError: naming `option`, when this machine has no such device or the ONNX runtime is on (it runs
+                on the CPU only).
+        """
+        resolved = resolve_device(device, option)
+        if resolved.type != "cpu" and self._onnx is not None:
+            raise UsageError(f"{option}={str(device)!r}: the ONNX runtime backbone runs on the CPU only; turn it "
+                             "off (use_onnx_runtime(False)) to encode on a GPU")
+        self.to(resolved)
+        return self
+
     def use_onnx_runtime(self, enabled: bool = True, threads: int | None = None) -> None:
         """Run the backbone through ONNX Runtime whenever no gradient is needed (inference encoding).
 
@@ -81,6 +106,8 @@ class UHDEncoder(nn.Module):
         (optimizer steps, load_state_dict) or the backbone is replaced; after replacing single parameter objects
         (load_state_dict(assign=True)), call this again.
         """
+        if enabled and self.device.type != "cpu":
+            raise UsageError(f"the ONNX runtime backbone runs on the CPU only; this encoder is on {self.device}")
         self._onnx_threads = threads
         self._onnx = None
         if enabled:
@@ -105,6 +132,8 @@ class UHDEncoder(nn.Module):
         return runner
 
     def _encode_batch(self, input_ids, attention_mask, wta_k: int | None) -> list[torch.Tensor]:
+        device = self.device  # no copy when already there (the CPU)
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         states = self._backbone_runner()(input_ids, attention_mask, self.layers)
         keep = attention_mask.bool()
         token_text = torch.nonzero(keep, as_tuple=True)[0]
@@ -114,6 +143,8 @@ class UHDEncoder(nn.Module):
                     wta_k: int | None = None) -> list[torch.Tensor]:
         """Buckets from packed token states (one (n_tokens, hidden) tensor per bucket layer)."""
         dtype = torch.bfloat16 if self.config.wta_dtype == "bfloat16" else torch.float32
+        device = self.device  # cached states live on the host
+        tokens, token_text = [t.to(device) for t in tokens], token_text.to(device)
         if self.state_transforms:
             tokens = [self.state_transforms[layer](t) if layer in self.state_transforms else t
                       for layer, t in zip(self.layers, tokens)]
@@ -260,7 +291,7 @@ class UHDEncoder(nn.Module):
             h.update(repr(sorted(self.config.to_json().items())).encode())
             for name, tensor in self.state_dict().items():
                 h.update(name.encode())
-                h.update(tensor.detach().contiguous().numpy().tobytes())
+                h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
             self._digest = h.hexdigest()
         return self._digest
 
@@ -341,9 +372,13 @@ class UHDEncoder(nn.Module):
 
 
 def _rows_to_csr(vectors: torch.Tensor) -> sp.csr_matrix:
-    """(n, dim) dense rows as CSR with sorted indices; about 2x faster than scipy's scan of a dense array."""
+    """(n, dim) dense rows as host CSR with sorted indices; about 2x faster than scipy's scan of a dense array.
+
+    On a GPU the nonzeros are found there and only they cross to the host (a dense batch is n x 81,920 floats).
+    """
     rows, cols = torch.nonzero(vectors, as_tuple=True)
+    counts = torch.bincount(rows, minlength=vectors.shape[0]).cpu()
     indptr = np.zeros(vectors.shape[0] + 1, dtype=np.int64)
-    np.cumsum(torch.bincount(rows, minlength=vectors.shape[0]).numpy(), out=indptr[1:])
-    return sp.csr_matrix((vectors[rows, cols].numpy(), cols.numpy().astype(np.int32), indptr),
+    np.cumsum(counts.numpy(), out=indptr[1:])
+    return sp.csr_matrix((vectors[rows, cols].cpu().numpy(), cols.cpu().numpy().astype(np.int32), indptr),
                          shape=tuple(vectors.shape))

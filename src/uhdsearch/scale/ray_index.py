@@ -40,7 +40,7 @@ def build_on_ray(
     rows_per_task: int = 256,
     segment_size: int = 100_000,
     merge: bool = True,
-    max_retries: int = 3,
+    max_retries: int | None = None,
     gpus_per_worker: float = 0.0,
     overwrite: bool = False,
     show_progress: bool = True,
@@ -55,21 +55,29 @@ def build_on_ray(
         rows_per_task: documents per Ray task; the unit that is retried when a worker dies.
         segment_size: documents per committed segment while the build runs.
         merge: merge the segments into one at the end (postings then equal a single-process build's bytes).
-        max_retries: restarts of a dead actor and retries of its unfinished task.
-        gpus_per_worker: GPUs Ray reserves per actor (0 on a CPU cluster).
+        max_retries: restarts of a dead actor and retries of its unfinished task; None: Ray Data's own fault
+            tolerance (dead actors restarted and their tasks retried without limit). A number goes through
+            map_batches' `ray_remote_args`, which Ray deprecates (gone in Ray 2.64).
+        gpus_per_worker: GPUs Ray reserves per actor (0: CPU encoding); above 0 each actor encodes on the GPU Ray
+            assigned it (`ray.get_gpu_ids()`, exposed to it as CUDA_VISIBLE_DEVICES), so the cluster needs at
+            least n_workers * gpus_per_worker GPUs and torch with CUDA on its GPU nodes.
     Returns:
         The index, open read-only.
     Raises:
         FileExistsError: `out` exists and overwrite is False (checked before any work).
-        UsageError: bad variant or counts; DataFormatError: duplicate doc ids.
+        UsageError: bad variant or counts, or GPUs asked of a cluster with too few (naming gpus_per_worker);
+            DataFormatError: duplicate doc ids.
     """
     if variant not in fmt.VARIANTS:
         raise UsageError(f"variant={variant!r}; choose one of {fmt.VARIANTS}")
     for name, value in (("n_workers", n_workers), ("batch_size", batch_size), ("rows_per_task", rows_per_task),
                         ("segment_size", segment_size)):
         positive(value, name)
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise UsageError(f"max_retries={max_retries!r} must be an integer >= 0")
+    if max_retries is not None and (isinstance(max_retries, bool) or not isinstance(max_retries, int)
+                                    or max_retries < 0):
+        raise UsageError(f"max_retries={max_retries!r} must be None or an integer >= 0")
+    if isinstance(gpus_per_worker, bool) or not isinstance(gpus_per_worker, (int, float)) or not gpus_per_worker >= 0:
+        raise UsageError(f"gpus_per_worker={gpus_per_worker!r} must be a number >= 0")
     documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
     if not documents:
         raise UsageError("the corpus has no documents")
@@ -78,14 +86,20 @@ def build_on_ray(
     model_dir = Path(model_dir).resolve()
     config, digest = _model_identity(model_dir)
     ray = connect(address)
-    threads = max(1, int(ray.cluster_resources().get("CPU", 1)) // n_workers)
+    resources = ray.cluster_resources()
+    _check_gpus(resources.get("GPU", 0.0), gpus_per_worker, n_workers)
+    threads = max(1, int(resources.get("CPU", 1)) // n_workers)
+    # Fault tolerance: Ray Data restarts dead actors and retries their tasks by default; only a chosen limit
+    # needs the deprecated remote args.
+    retries = {} if max_retries is None else {"max_restarts": max_retries, "max_task_retries": max_retries}
     dataset = ray.data.from_items([{"position": i, "text": d.full_text} for i, d in enumerate(documents)],
                                   override_num_blocks=-(-len(documents) // rows_per_task))
     encoded = dataset.map_batches(
         _EncodeActor, batch_size=rows_per_task, batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=n_workers),
-        fn_constructor_kwargs={"model_dir": str(model_dir), "batch_size": batch_size, "threads": threads},
-        num_cpus=threads, num_gpus=gpus_per_worker, max_restarts=max_retries, max_task_retries=max_retries,
+        fn_constructor_kwargs={"model_dir": str(model_dir), "batch_size": batch_size, "threads": threads,
+                               "use_gpu": gpus_per_worker > 0},
+        num_cpus=threads, num_gpus=gpus_per_worker or None, **retries,
     )
     doc_ids = [d.doc_id for d in documents]
     with atomic_directory(out, overwrite=overwrite) as tmp:
@@ -109,19 +123,48 @@ def build_on_ray(
 class _EncodeActor:
     """One Ray actor: loads the encoder once, then encodes the batches Ray Data hands it."""
 
-    def __init__(self, model_dir: str, batch_size: int, threads: int) -> None:
+    def __init__(self, model_dir: str, batch_size: int, threads: int, use_gpu: bool = False) -> None:
+        import ray
         import torch
 
         from uhdsearch.encoder.model import UHDEncoder
 
         torch.set_num_threads(threads)  # actors share the node's cores; torch would otherwise take all of them
-        self.model = UHDEncoder.from_pretrained(model_dir)
+        device = assigned_device(ray.get_gpu_ids() if use_gpu else [])
+        self.model = UHDEncoder.from_pretrained(model_dir).to_device(device, "gpus_per_worker")
+        logger.info("encoding actor on %s", device)
         self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         encoding = self.model.encode_document(list(batch["text"]), batch_size=self.batch_size, show_progress=False)
         positions = np.asarray(batch["position"], np.int64)
         return {"position": positions[:1], "payload": np.array([_pack(positions, encoding)], dtype=object)}
+
+
+def assigned_device(gpu_ids: Sequence[int | str]) -> str:
+    """The torch device of an actor Ray gave `gpu_ids` (`ray.get_gpu_ids()`): Ray sets CUDA_VISIBLE_DEVICES to
+    exactly those GPUs, so the first one the actor sees is "cuda:0"; no GPU ids: "cpu".
+
+    Example:
+        >>> assigned_device([]), assigned_device([3])
+        ('cpu', 'cuda:0')
+    """
+    return "cuda:0" if len(gpu_ids) else "cpu"
+
+
+def _check_gpus(cluster_gpus: float, gpus_per_worker: float, n_workers: int) -> None:
+    """Refuse GPU actors the cluster cannot hold now (Ray would wait for them without end).
+
+    Example:
+        >>> _check_gpus(0.0, 1, 2)
+        Traceback (most recent call last):
+        ...
+        uhdsearch.errors.UsageError: gpus_per_worker=1 (--gpus-per-worker) x 2 workers needs 2 GPUs; the cluster has 0
+    """
+    needed = gpus_per_worker * n_workers
+    if needed > 0 and cluster_gpus + 1e-9 < needed:
+        raise UsageError(f"gpus_per_worker={gpus_per_worker:g} (--gpus-per-worker) x {n_workers} workers needs "
+                         f"{needed:g} GPUs; the cluster has {cluster_gpus:g}")
 
 
 def _pack(positions: np.ndarray, encoding: SparseEncoding) -> bytes:

@@ -37,11 +37,18 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     settings = settings or ServeSettings()
     metrics = Metrics()
     service.on_encode = metrics.encode.observe
-    ready = threading.Event()
+    ready, stopping = threading.Event(), threading.Event()
 
     def warm_up() -> None:
-        service.snapshot.index.warm_up()
-        service.searcher(service.snapshot, SearchOptions()).search([Query("warm-up", "warm up")], 1)
+        try:
+            service.snapshot.index.warm_up()
+            service.searcher(service.snapshot, SearchOptions()).search([Query("warm-up", "warm up")], 1)
+        except Exception:
+            if not stopping.is_set():
+                raise
+            # shut down before warm-up ended (e.g. a sharded index's actors already ended): nothing to warm
+            logger.debug("warm-up cut short by shutdown", exc_info=True)
+            return
         ready.set()
 
     @asynccontextmanager
@@ -50,6 +57,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
             service.typical.start()
         threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
         yield
+        stopping.set()
         service.close()
 
     app = FastAPI(title="uhdsearch", summary="UHD-BERT sparse retrieval over HTTP", lifespan=lifespan)
