@@ -13,14 +13,14 @@ MAX_PLANES = 32
 
 
 @numba.njit(cache=True, inline="always")
-def _csa(a, b, c):
+def csa(a, b, c):
     """Carry-save adder: three words of bits in, (sum bits, carry bits) out, for 64 documents at once."""
     t = a ^ b
     return t ^ c, (a & b) | (c & t)
 
 
 @numba.njit(cache=True, inline="always")
-def _ripple(planes, cw, j, n_planes, n_w, carry):
+def ripple(planes, cw, j, n_planes, n_w, carry):
     """Add the carry words into planes j, j+1, ... until no carry is left (or the top plane)."""
     while j < n_planes:
         plane = planes[j * cw:j * cw + n_w]
@@ -71,17 +71,17 @@ def accumulate_bitmaps(bitmaps, bases, n_w, w0, n_planes, planes, cw, carry):
         r13 = bitmaps[bases[g + 13] + w0:bases[g + 13] + w0 + n_w]
         r14 = bitmaps[bases[g + 14] + w0:bases[g + 14] + w0 + n_w]
         for w in range(n_w):
-            a1, c1 = _csa(r0[w], r1[w], r2[w])
-            a2, c2 = _csa(r3[w], r4[w], r5[w])
-            a3, c3 = _csa(r6[w], r7[w], r8[w])
-            a4, c4 = _csa(r9[w], r10[w], r11[w])
-            a5, c5 = _csa(r12[w], r13[w], r14[w])
-            e1, d1 = _csa(a1, a2, a3)
-            s0, d2 = _csa(a4, a5, e1)
-            f1, g1 = _csa(c1, c2, c3)
-            f2, g2 = _csa(c4, c5, d1)
-            s1, g3 = _csa(f1, f2, d2)
-            s2, s3 = _csa(g1, g2, g3)
+            a1, c1 = csa(r0[w], r1[w], r2[w])
+            a2, c2 = csa(r3[w], r4[w], r5[w])
+            a3, c3 = csa(r6[w], r7[w], r8[w])
+            a4, c4 = csa(r9[w], r10[w], r11[w])
+            a5, c5 = csa(r12[w], r13[w], r14[w])
+            e1, d1 = csa(a1, a2, a3)
+            s0, d2 = csa(a4, a5, e1)
+            f1, g1 = csa(c1, c2, c3)
+            f2, g2 = csa(c4, c5, d1)
+            s1, g3 = csa(f1, f2, d2)
+            s2, s3 = csa(g1, g2, g3)
             # add the 4-bit number (s3 s2 s1 s0) into planes 0-3
             p = p0[w]
             c = p & s0
@@ -98,10 +98,10 @@ def accumulate_bitmaps(bitmaps, bases, n_w, w0, n_planes, planes, cw, carry):
             t = p ^ s3
             p3[w] = t ^ c
             carry[w] = (p & s3) | (c & t)
-        _ripple(planes, cw, 4, n_planes, n_w, carry)
+        ripple(planes, cw, 4, n_planes, n_w, carry)
     for g in range(n_full, bases.shape[0]):
         carry[:n_w] = bitmaps[bases[g] + w0:bases[g] + w0 + n_w]
-        _ripple(planes, cw, 0, n_planes, n_w, carry)
+        ripple(planes, cw, 0, n_planes, n_w, carry)
 
 
 @numba.njit(cache=True, inline="always")

@@ -68,18 +68,21 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 
 def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted: bool,
-           deleted: np.ndarray | None, n_threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k of every query row over compressed `buckets`; see InvertedIndex.search_encoded."""
+           deleted: np.ndarray | None, n_threads: int, quantized: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k of every query row over compressed `buckets`; see InvertedIndex.search_encoded.
+
+    quantized: the query values are integer weights 1..15 over binary documents (levels.py).
+    """
     depth = min(k, n_documents)
     n_q = queries.n
     if n_q == 0 or depth == 0:
         return np.full((n_q, depth), -1, np.int64), np.zeros((n_q, depth))
     return search_arrays(buckets, n_documents, n_q, query_arrays(queries, len(buckets)), k, bucket_weights,
-                         weighted, deleted, n_threads)
+                         weighted, deleted, n_threads, quantized)
 
 
 def search_arrays(buckets, n_documents: int, n_q: int, arrays, k: int, bucket_weights, weighted: bool,
-                  deleted: np.ndarray | None, n_threads: int) -> tuple[np.ndarray, np.ndarray]:
+                  deleted: np.ndarray | None, n_threads: int, quantized: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """`search` over query arrays (qptr, qdims, qvals) already ordered by (query, bucket)."""
     depth = min(k, n_documents)
     if n_q == 0 or depth == 0:
@@ -98,7 +101,7 @@ def search_arrays(buckets, n_documents: int, n_q: int, arrays, k: int, bucket_we
     )
     mask = np.zeros(0, np.bool_) if deleted is None else np.ascontiguousarray(deleted, np.bool_)
     common = (*args, (n_documents + 63) // 64, qptr, qdims, qvals, np.asarray(bucket_weights, np.float64),
-              weighted, bounds, mask, depth, out_docs, out_scores)
+              weighted and not quantized, quantized, bounds, mask, depth, out_docs, out_scores)
     n_tasks = n_q * n_ranges
     n_workers = min(n_threads, n_tasks)
     if n_workers == 1:

@@ -9,6 +9,7 @@ from uhdsearch.index.kernels.bitmaps import (MAX_PLANES, accumulate_bitmaps, add
 from uhdsearch.index.kernels.bits import popcount
 from uhdsearch.index.kernels.comparator import sole_bucket_hits
 from uhdsearch.index.kernels.heap import push
+from uhdsearch.index.kernels.levels import MAX_LEVEL, accumulate_levels
 from uhdsearch.index.kernels.lists import add_lists, first_block
 
 CHUNK = 131072  # documents per chunk (a multiple of 64): counters stay in L2, and each bitmap row is read
@@ -16,8 +17,27 @@ CHUNK = 131072  # documents per chunk (a multiple of 64): counters stay in L2, a
 
 
 @numba.njit(cache=True)
+def _order_by_level(bases, level_ptr, qdims, qvals, lo_j, hi_j, rows, words):
+    """Refill `bases` (a bucket's bitmap row starts) ordered by weight level, level_ptr (counts per level in,
+    cumulative starts out); returns the sum of the bitmap dims' levels."""
+    for v in range(1, level_ptr.shape[0]):
+        level_ptr[v] += level_ptr[v - 1]
+    fill = level_ptr.copy()
+    total = 0
+    for j in range(lo_j, hi_j):
+        d = qdims[j]
+        if rows[d] >= 0:
+            v = np.int64(qvals[j])
+            bases[fill[v - 1]] = rows[d] * words
+            fill[v - 1] += 1
+            total += v
+    return total
+
+
+@numba.njit(cache=True)
 def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
-                 qptr, qdims, qvals, bucket_weights, weighted, lo, hi, deleted, k, out_docs, out_scores):
+                 qptr, qdims, qvals, bucket_weights, weighted, quantized, lo, hi, deleted, k, out_docs, out_scores):
+    """quantized: binary documents, the query values are integer weights 1..MAX_LEVEL (levels.py)."""
     n_buckets = bucket_weights.shape[0]
     chunk = max(64, min(CHUNK, (hi - lo + 63) // 64 * 64))  # small indexes need no full-size scratch
     chunk_words = chunk // 64
@@ -27,6 +47,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
     planes = np.zeros(n_buckets * chunk_words * MAX_PLANES, np.uint64)
     carry = np.zeros(chunk_words, np.uint64)
     hits = np.zeros(chunk_words, np.uint64)
+    sums = np.zeros(4 * chunk_words if quantized else 0, np.uint64)
     size = 0
     c_off = qptr[0]
     # per query entry: next block of a list dim, or next weight of a bitmap dim
@@ -38,6 +59,8 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
     bases_ptr = np.zeros(n_buckets + 1, np.int64)
     n_lists = np.zeros(n_buckets, np.int64)
     n_planes = np.zeros(n_buckets, np.int64)
+    # quantized: each bucket's bitmap bases ordered by weight level, level v's at bases_ptr[b] + level_ptr[b, v - 1:v + 1]
+    level_ptr = np.zeros((n_buckets, MAX_LEVEL + 1 if quantized else 1), np.int64)
     for b in range(n_buckets):
         rows = bitmap_rows[b]
         indptr = indptrs[b]
@@ -47,6 +70,8 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
             if rows[d] >= 0:
                 bases[at] = rows[d] * words
                 at += 1
+                if quantized:
+                    level_ptr[b, np.int64(qvals[j])] += 1
                 if weighted:
                     before = 0
                     bm = bitmaps[b]
@@ -55,14 +80,23 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                     cursor[j - c_off] = indptr[d] + before
             else:
                 if indptr[d + 1] > indptr[d]:
-                    n_lists[b] += 1
+                    n_lists[b] += np.int64(qvals[j]) if quantized else 1
                 block = first_block(blocks[b], block_ptrs[b][d], block_ptrs[b][d + 1], lo)
                 cursor[j - c_off] = block
                 if block < block_ptrs[b][d + 1]:
                     pending[j - c_off] = np.int64(blocks[b][2 * block])
         bases_ptr[b + 1] = at
+        largest = at - bases_ptr[b]  # the largest count the planes must hold
         n = 5  # the 15-input adder writes 4 planes and may carry into a 5th
-        while (1 << n) <= at - bases_ptr[b]:
+        if quantized:
+            largest = _order_by_level(bases[bases_ptr[b]:at], level_ptr[b], qdims, qvals, qptr[b], qptr[b + 1],
+                                      rows, words)
+            for v in range(MAX_LEVEL, 0, -1):
+                if level_ptr[b, v] > level_ptr[b, v - 1]:  # its top set bit's adds write planes up to top + 3
+                    while (1 << (n - 5)) <= v:
+                        n += 1
+                    break
+        while (1 << n) <= largest:
             n += 1
         n_planes[b] = n
     # the one bucket that scores a binary query, when there is one (the usual single-bucket model): its
@@ -92,8 +126,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 counts[b * chunk:b * chunk + m] = 0
             add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
                       weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
-                      weighted,
-                      counts[b * chunk:(b + 1) * chunk], values)
+                      weighted, quantized, counts[b * chunk:(b + 1) * chunk], values)
             if weighted:
                 if bases_ptr[b + 1] > bases_ptr[b]:
                     add_bitmaps_weighted(bitmaps[b], weights[b], indptrs[b], bitmap_rows[b], qdims, qvals, qptr[b],
@@ -101,6 +134,10 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 weight_b = bucket_weights[b]
                 for i in range(m):
                     total[i] += weight_b * values[i]
+            elif bases_ptr[b + 1] > bases_ptr[b] and quantized:
+                accumulate_levels(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], level_ptr[b], n_w, w0,
+                                  n_planes[b], planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES],
+                                  chunk_words, carry, sums)
             elif bases_ptr[b + 1] > bases_ptr[b]:
                 accumulate_bitmaps(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], n_w, w0, n_planes[b],
                                    planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES],
@@ -152,7 +189,8 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
 
 @numba.njit(cache=True, nogil=True)
 def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
-              qptr, qdims, qvals, bucket_weights, weighted, bounds, deleted, k, out_docs, out_scores, first, last):
+              qptr, qdims, qvals, bucket_weights, weighted, quantized, bounds, deleted, k, out_docs, out_scores, first,
+              last):
     """Tasks first..last-1 of all (query, doc range) pairs; out_* are (n_queries, n_ranges, k) per-range heaps.
 
     qptr is (n_queries * n_buckets + 1,): the dims of query q in bucket b are qdims[qptr[q n_b + b]:...].
@@ -164,5 +202,5 @@ def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, p
         q = task // n_ranges
         r = task % n_ranges
         search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
-                     qptr[q * n_buckets:(q + 1) * n_buckets + 1], qdims, qvals, bucket_weights, weighted,
+                     qptr[q * n_buckets:(q + 1) * n_buckets + 1], qdims, qvals, bucket_weights, weighted, quantized,
                      bounds[r], bounds[r + 1], deleted, k, out_docs[q, r], out_scores[q, r])
