@@ -54,6 +54,22 @@ def test_quantized_across_chunks_with_many_bitmaps(choices):
     assert got[1][0, 0] > 40  # level weights, not counts: more than the number of dims
 
 
+@pytest.mark.parametrize("scoring", ["binary", "quantized"])
+def test_hundreds_of_bitmap_dims_fill_the_deferred_carries(scoring):
+    """400 bitmap dims in one query: more than 15 groups per weight, so the adder's deferred carries fill up,
+    flush and ripple past plane 8 (counts up to ~4,000) in the middle of a chunk and at its end."""
+    rng = np.random.default_rng(7)
+    n, dim = 300, 400
+    docs = SparseEncoding([sp.csr_matrix((rng.random((n, dim)) < 0.7).astype(np.float32))])
+    query = SparseEncoding([sp.csr_matrix(np.ones((2, dim), np.float32))])
+    if scoring == "quantized":
+        query = with_levels(rng, query, MAX_LEVEL)
+    index = BinaryIndex.from_encoding(docs, [str(i) for i in range(n)], None, bitmap_bias=ALL_BITMAPS)
+    got = index.search_encoded(query, 40, [1.0], scoring, n_threads=1)
+    assert_same_ranking(got, expected_top_k(docs, query, 40, [1.0], scoring))
+    assert got[1][0, 0] > (2_000 if scoring == "quantized" else 256)
+
+
 def test_level_one_equals_binary():
     rng = np.random.default_rng(5)
     docs = random_encoding(rng, 300, 40, 1, 0.1, dense_dims=10)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from uhdsearch.index.kernels.bitmaps import (MAX_PLANES, accumulate_bitmaps, add_bitmaps_weighted, planes_extract,
+from uhdsearch.index.kernels.bitmaps import (MAX_PLANES, add_bitmaps_weighted, planes_extract,
                                              planes_max)
 from uhdsearch.index.kernels.bits import popcount
 from uhdsearch.index.kernels.comparator import sole_bucket_hits
@@ -17,9 +17,9 @@ CHUNK = 131072  # documents per chunk (a multiple of 64): counters stay in L2, a
 
 
 @numba.njit(cache=True)
-def _order_by_level(bases, level_ptr, qdims, qvals, lo_j, hi_j, rows, words):
-    """Refill `bases` (a bucket's bitmap row starts) ordered by weight level, level_ptr (counts per level in,
-    cumulative starts out); returns the sum of the bitmap dims' levels."""
+def _order_by_level(bases, level_ptr, qdims, qvals, lo_j, hi_j, rows, words, quantized):
+    """Refill `bases` (a bucket's bitmap row starts) ordered by weight level (every level 1 unless quantized),
+    level_ptr (counts per level in, cumulative starts out); returns the sum of the bitmap dims' levels."""
     for v in range(1, level_ptr.shape[0]):
         level_ptr[v] += level_ptr[v - 1]
     fill = level_ptr.copy()
@@ -27,7 +27,7 @@ def _order_by_level(bases, level_ptr, qdims, qvals, lo_j, hi_j, rows, words):
     for j in range(lo_j, hi_j):
         d = qdims[j]
         if rows[d] >= 0:
-            v = np.int64(qvals[j])
+            v = np.int64(qvals[j]) if quantized else 1
             bases[fill[v - 1]] = rows[d] * words
             fill[v - 1] += 1
             total += v
@@ -47,7 +47,8 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
     planes = np.zeros(n_buckets * chunk_words * MAX_PLANES, np.uint64)
     carry = np.zeros(chunk_words, np.uint64)
     hits = np.zeros(chunk_words, np.uint64)
-    sums = np.zeros(4 * chunk_words if quantized else 0, np.uint64)
+    sums = np.zeros(4 * chunk_words, np.uint64)
+    waiting = np.empty(60 * chunk_words if not weighted else 0, np.uint64)  # deferred carries (levels.py)
     size = 0
     c_off = qptr[0]
     # per query entry: next block of a list dim, or next weight of a bitmap dim
@@ -59,8 +60,8 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
     bases_ptr = np.zeros(n_buckets + 1, np.int64)
     n_lists = np.zeros(n_buckets, np.int64)
     n_planes = np.zeros(n_buckets, np.int64)
-    # quantized: each bucket's bitmap bases ordered by weight level, level v's at bases_ptr[b] + level_ptr[b, v - 1:v + 1]
-    level_ptr = np.zeros((n_buckets, MAX_LEVEL + 1 if quantized else 1), np.int64)
+    # each bucket's bitmap bases ordered by weight level, level v's at bases_ptr[b] + level_ptr[b, v - 1:v + 1]
+    level_ptr = np.zeros((n_buckets, MAX_LEVEL + 1), np.int64)
     for b in range(n_buckets):
         rows = bitmap_rows[b]
         indptr = indptrs[b]
@@ -70,8 +71,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
             if rows[d] >= 0:
                 bases[at] = rows[d] * words
                 at += 1
-                if quantized:
-                    level_ptr[b, np.int64(qvals[j])] += 1
+                level_ptr[b, np.int64(qvals[j]) if quantized else 1] += 1
                 if weighted:
                     before = 0
                     bm = bitmaps[b]
@@ -86,16 +86,14 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 if block < block_ptrs[b][d + 1]:
                     pending[j - c_off] = np.int64(blocks[b][2 * block])
         bases_ptr[b + 1] = at
-        largest = at - bases_ptr[b]  # the largest count the planes must hold
-        n = 5  # the 15-input adder writes 4 planes and may carry into a 5th
-        if quantized:
-            largest = _order_by_level(bases[bases_ptr[b]:at], level_ptr[b], qdims, qvals, qptr[b], qptr[b + 1],
-                                      rows, words)
-            for v in range(MAX_LEVEL, 0, -1):
-                if level_ptr[b, v] > level_ptr[b, v - 1]:  # its top set bit's adds write planes up to top + 3
-                    while (1 << (n - 5)) <= v:
-                        n += 1
-                    break
+        largest = _order_by_level(bases[bases_ptr[b]:at], level_ptr[b], qdims, qvals, qptr[b], qptr[b + 1], rows,
+                                  words, quantized)  # the largest count the planes must hold
+        n = 8  # an add at shift j writes planes j..j+3 and its pending carries j+4..j+7 (levels.py)
+        for v in range(MAX_LEVEL, 0, -1):
+            if level_ptr[b, v] > level_ptr[b, v - 1]:
+                while (1 << (n - 7)) <= v:
+                    n += 1
+                break
         while (1 << n) <= largest:
             n += 1
         n_planes[b] = n
@@ -134,14 +132,10 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 weight_b = bucket_weights[b]
                 for i in range(m):
                     total[i] += weight_b * values[i]
-            elif bases_ptr[b + 1] > bases_ptr[b] and quantized:
+            elif bases_ptr[b + 1] > bases_ptr[b]:
                 accumulate_levels(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], level_ptr[b], n_w, w0,
                                   n_planes[b], planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES],
-                                  chunk_words, carry, sums)
-            elif bases_ptr[b + 1] > bases_ptr[b]:
-                accumulate_bitmaps(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], n_w, w0, n_planes[b],
-                                   planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES],
-                                   chunk_words, carry)
+                                  chunk_words, carry, sums, waiting)
         if weighted:
             for i in range(m):
                 score = total[i]
