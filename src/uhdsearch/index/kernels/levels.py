@@ -2,10 +2,13 @@
 
 Binary scoring gives every row weight 1; quantized scoring (integer query weights over binary documents, e.g. 4-bit
 IDF) gives a dim of weight v = sum_j 2^j b_j its bitmap shifted to plane j for every set bit j. Each bitmap row is
-read once: rows of equal weight go through a 15-input carry-save tree together (11 adders per word), and its 4-bit
-count is added at every set bit of the weight (popcount(v) cheap adds into cached planes per 15 rows). The counter
-then holds the weighted sum, so the one-bucket comparator and per-word bound prune as for binary. List-encoded dims
-simply add their weight to the per-document counters (lists.py): no planes needed.
+read once: rows of equal weight go through a 15-input carry-save tree together (11 adders per word). A weight with
+one set bit adds the tree's 4-bit count at its plane; any other weight counts its rows in a counter of its own and
+adds that counter once per set bit and chunk (adding every group's count at every set bit cost 1.5-2.5x binary at
+100k documents; this costs 1.2-1.3x). The carry out of the 4-bit adds waits in a buffer and is summed 15 at a time,
+so the ripple through the upper planes is rare. The counter then holds the weighted sum, so the one-bucket comparator
+and per-word bound prune as for binary. List-encoded dims simply add their weight to the per-document counters
+(lists.py): no planes needed.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from uhdsearch.errors import UsageError
 from uhdsearch.index.kernels.bitmaps import csa, ripple
 
 MAX_LEVEL = 15  # 4-bit weights: the planes' shifts stay below 4
+SCRATCH_PLANES = 60 + 17  # accumulate_levels's scratch, in chunk words: deferred carries, one level's counter
 
 
 def check_levels(queries) -> int:
@@ -76,30 +80,41 @@ def _planes4(planes, j, cw, n_w):
 
 
 @numba.njit(cache=True, inline="always")
-def _masks(n_in):
-    m = np.zeros(15, np.uint64)
-    for i in range(n_in):
-        m[i] = ~np.uint64(0)
-    return m
+def _mask(i, n_in):
+    """All ones for input i of a group of n_in, zero for the padding inputs."""
+    return ~np.uint64(0) if i < n_in else np.uint64(0)
+
+
+@numba.njit(cache=True, inline="always")
+def _row(bitmaps, bases, g, i, n_in, w0, n_w):
+    """Input i of the group of rows bases[g:g+n_in]: its words w0.., the last row again past n_in (masked)."""
+    at = bases[g + min(i, n_in - 1)] + w0
+    return bitmaps[at:at + n_w]
+
+
+@numba.njit(cache=True, inline="always")
+def _slot(pending, j, i, count, cw, n_w):
+    at = (j * 15 + min(i, count - 1)) * cw
+    return pending[at:at + n_w]
 
 
 @numba.njit(cache=True)
 def _flush(planes, cw, j, n_planes, n_w, pending, count, carry):
     """Add the `count` carry words pending at shift j (each of weight 2^(j+4)) into planes j+4..: one 15-input
     tree and one 4-bit add, then the ripple up (once per 15 adds, not once per add)."""
-    at = np.empty(15, np.int64)
-    for i in range(15):
-        at[i] = (j * 15 + min(i, count - 1)) * cw
-    x0, x1, x2, x3, x4 = (pending[at[0]:at[0] + n_w], pending[at[1]:at[1] + n_w], pending[at[2]:at[2] + n_w],
-                          pending[at[3]:at[3] + n_w], pending[at[4]:at[4] + n_w])
-    x5, x6, x7, x8, x9 = (pending[at[5]:at[5] + n_w], pending[at[6]:at[6] + n_w], pending[at[7]:at[7] + n_w],
-                          pending[at[8]:at[8] + n_w], pending[at[9]:at[9] + n_w])
-    x10, x11, x12, x13, x14 = (pending[at[10]:at[10] + n_w], pending[at[11]:at[11] + n_w],
-                               pending[at[12]:at[12] + n_w], pending[at[13]:at[13] + n_w],
-                               pending[at[14]:at[14] + n_w])
-    m = _masks(count)
-    m0, m1, m2, m3, m4, m5, m6, m7 = m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]
-    m8, m9, m10, m11, m12, m13, m14 = m[8], m[9], m[10], m[11], m[12], m[13], m[14]
+    x0, x1, x2, x3, x4 = (_slot(pending, j, 0, count, cw, n_w), _slot(pending, j, 1, count, cw, n_w),
+                          _slot(pending, j, 2, count, cw, n_w), _slot(pending, j, 3, count, cw, n_w),
+                          _slot(pending, j, 4, count, cw, n_w))
+    x5, x6, x7, x8, x9 = (_slot(pending, j, 5, count, cw, n_w), _slot(pending, j, 6, count, cw, n_w),
+                          _slot(pending, j, 7, count, cw, n_w), _slot(pending, j, 8, count, cw, n_w),
+                          _slot(pending, j, 9, count, cw, n_w))
+    x10, x11, x12, x13, x14 = (_slot(pending, j, 10, count, cw, n_w), _slot(pending, j, 11, count, cw, n_w),
+                               _slot(pending, j, 12, count, cw, n_w), _slot(pending, j, 13, count, cw, n_w),
+                               _slot(pending, j, 14, count, cw, n_w))
+    m0, m1, m2, m3, m4 = _mask(0, count), _mask(1, count), _mask(2, count), _mask(3, count), _mask(4, count)
+    m5, m6, m7, m8, m9 = _mask(5, count), _mask(6, count), _mask(7, count), _mask(8, count), _mask(9, count)
+    m10, m11, m12, m13, m14 = (_mask(10, count), _mask(11, count), _mask(12, count), _mask(13, count),
+                               _mask(14, count))
     p0, p1, p2, p3 = _planes4(planes, j + 4, cw, n_w)
     for w in range(n_w):
         t0, t1, t2, t3 = _csa15(x0[w] & m0, x1[w] & m1, x2[w] & m2, x3[w] & m3, x4[w] & m4, x5[w] & m5,
@@ -121,83 +136,95 @@ def _carry_slot(planes, cw, j, n_planes, n_w, pending, n_pending, carry):
 
 
 @numba.njit(cache=True)
-def _add_group(bitmaps, bases, g, n_in, w0, n_w, v, planes, cw, n_planes, sums, pending, n_pending, carry):
-    """planes += v x (the count of rows bases[g:g+n_in], 1 <= n_in <= 15), words w0..w0+n_w.
-
-    The 15-input tree's 4-bit count is added at v's lowest set bit in the same pass (as the binary adder does);
-    when v has more set bits it is kept in `sums` (4 cw words) and added at each of them from there. The carry
-    out of each add waits in `pending` (_flush).
-    """
-    at = np.empty(15, np.int64)
-    for i in range(15):
-        at[i] = bases[g + min(i, n_in - 1)] + w0
+def _add_group(bitmaps, bases, g, n_in, w0, n_w, target, shift, cw, out):
+    """target planes shift..shift+3 += the count of rows bases[g:g+n_in] (1 <= n_in <= 15), words w0..w0+n_w;
+    the carry out of plane shift+3 goes to `out` (the caller ripples or defers it)."""
     # slices, not base + w: the index is then provably in range, which lets LLVM vectorize the loop
-    r0 = bitmaps[at[0]:at[0] + n_w]
-    r1 = bitmaps[at[1]:at[1] + n_w]
-    r2 = bitmaps[at[2]:at[2] + n_w]
-    r3 = bitmaps[at[3]:at[3] + n_w]
-    r4 = bitmaps[at[4]:at[4] + n_w]
-    r5 = bitmaps[at[5]:at[5] + n_w]
-    r6 = bitmaps[at[6]:at[6] + n_w]
-    r7 = bitmaps[at[7]:at[7] + n_w]
-    r8 = bitmaps[at[8]:at[8] + n_w]
-    r9 = bitmaps[at[9]:at[9] + n_w]
-    r10 = bitmaps[at[10]:at[10] + n_w]
-    r11 = bitmaps[at[11]:at[11] + n_w]
-    r12 = bitmaps[at[12]:at[12] + n_w]
-    r13 = bitmaps[at[13]:at[13] + n_w]
-    r14 = bitmaps[at[14]:at[14] + n_w]
-    # a short group repeats its last row; the masks zero the repeats (they are in L1: no extra memory traffic)
-    m = _masks(n_in)
-    m0, m1, m2, m3, m4, m5, m6, m7 = m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]
-    m8, m9, m10, m11, m12, m13, m14 = m[8], m[9], m[10], m[11], m[12], m[13], m[14]
-    shift = 0
-    while not (v >> shift) & 1:
-        shift += 1
-    rest = v >> (shift + 1)  # the set bits still to add after this pass
-    p0, p1, p2, p3 = _planes4(planes, shift, cw, n_w)
-    q0, q1, q2, q3 = _planes4(sums, 0, cw, n_w)
-    out = _carry_slot(planes, cw, shift, n_planes, n_w, pending, n_pending, carry)
-    if n_in == 15 and not rest:  # the common case at the loop speed of the binary adder
+    r0, r1, r2 = _row(bitmaps, bases, g, 0, n_in, w0, n_w), _row(bitmaps, bases, g, 1, n_in, w0, n_w), \
+        _row(bitmaps, bases, g, 2, n_in, w0, n_w)
+    r3, r4, r5 = _row(bitmaps, bases, g, 3, n_in, w0, n_w), _row(bitmaps, bases, g, 4, n_in, w0, n_w), \
+        _row(bitmaps, bases, g, 5, n_in, w0, n_w)
+    r6, r7, r8 = _row(bitmaps, bases, g, 6, n_in, w0, n_w), _row(bitmaps, bases, g, 7, n_in, w0, n_w), \
+        _row(bitmaps, bases, g, 8, n_in, w0, n_w)
+    r9, r10, r11 = _row(bitmaps, bases, g, 9, n_in, w0, n_w), _row(bitmaps, bases, g, 10, n_in, w0, n_w), \
+        _row(bitmaps, bases, g, 11, n_in, w0, n_w)
+    r12, r13, r14 = _row(bitmaps, bases, g, 12, n_in, w0, n_w), _row(bitmaps, bases, g, 13, n_in, w0, n_w), \
+        _row(bitmaps, bases, g, 14, n_in, w0, n_w)
+    p0, p1, p2, p3 = _planes4(target, shift, cw, n_w)
+    if n_in == 15:
         for w in range(n_w):
             s0, s1, s2, s3 = _csa15(r0[w], r1[w], r2[w], r3[w], r4[w], r5[w], r6[w], r7[w], r8[w], r9[w],
                                     r10[w], r11[w], r12[w], r13[w], r14[w])
             out[w] = _add4(p0, p1, p2, p3, w, s0, s1, s2, s3)
-    else:
-        for w in range(n_w):
-            s0, s1, s2, s3 = _csa15(r0[w] & m0, r1[w] & m1, r2[w] & m2, r3[w] & m3, r4[w] & m4, r5[w] & m5,
-                                    r6[w] & m6, r7[w] & m7, r8[w] & m8, r9[w] & m9, r10[w] & m10, r11[w] & m11,
-                                    r12[w] & m12, r13[w] & m13, r14[w] & m14)
-            q0[w], q1[w], q2[w], q3[w] = s0, s1, s2, s3
-            out[w] = _add4(p0, p1, p2, p3, w, s0, s1, s2, s3)
-    shift += 1
-    while rest:
-        if rest & 1:
-            p0, p1, p2, p3 = _planes4(planes, shift, cw, n_w)
-            out = _carry_slot(planes, cw, shift, n_planes, n_w, pending, n_pending, carry)
-            for w in range(n_w):
-                out[w] = _add4(p0, p1, p2, p3, w, q0[w], q1[w], q2[w], q3[w])
-        rest >>= 1
-        shift += 1
+        return
+    # a short group repeats its last row; the masks zero the repeats (they are in L1: no extra memory traffic)
+    m0, m1, m2, m3, m4 = _mask(0, n_in), _mask(1, n_in), _mask(2, n_in), _mask(3, n_in), _mask(4, n_in)
+    m5, m6, m7, m8, m9 = _mask(5, n_in), _mask(6, n_in), _mask(7, n_in), _mask(8, n_in), _mask(9, n_in)
+    m10, m11, m12, m13, m14 = _mask(10, n_in), _mask(11, n_in), _mask(12, n_in), _mask(13, n_in), _mask(14, n_in)
+    for w in range(n_w):
+        s0, s1, s2, s3 = _csa15(r0[w] & m0, r1[w] & m1, r2[w] & m2, r3[w] & m3, r4[w] & m4, r5[w] & m5,
+                                r6[w] & m6, r7[w] & m7, r8[w] & m8, r9[w] & m9, r10[w] & m10, r11[w] & m11,
+                                r12[w] & m12, r13[w] & m13, r14[w] & m14)
+        out[w] = _add4(p0, p1, p2, p3, w, s0, s1, s2, s3)
 
 
 @numba.njit(cache=True)
-def accumulate_levels(bitmaps, bases, level_ptr, n_w, w0, n_planes, planes, cw, carry, sums, pending):
+def _add_count(planes, cw, j, n_planes, n_w, count, n_count, carry):
+    """planes += (the n_count-plane bit-sliced `count`) << j; the carry ripples up from plane j + n_count."""
+    carry[:n_w] = 0
+    for i in range(n_count):
+        p = planes[(j + i) * cw:(j + i) * cw + n_w]
+        x = count[i * cw:i * cw + n_w]
+        for w in range(n_w):
+            a = p[w]
+            b = x[w]
+            c = carry[w]
+            t = a ^ b
+            p[w] = t ^ c
+            carry[w] = (a & b) | (c & t)
+    ripple(planes, cw, j + n_count, n_planes, n_w, carry)
+
+
+@numba.njit(cache=True)
+def accumulate_levels(bitmaps, bases, level_ptr, n_w, w0, n_planes, planes, cw, carry, scratch):
     """Set planes to the per-document weighted counts for words w0..w0+n_w.
 
     bases[level_ptr[v - 1]:level_ptr[v]] are the bitmap row starts of the dims of weight v (1..MAX_LEVEL); plane
-    j of word w is planes[j cw + w]. n_planes must hold the largest weighted count and be >= 8 + the highest set
-    bit of any weight (an add at shift j writes planes j..j+3, its pending carries j+4..j+7). Scratch: carry
-    (cw words), sums (4 cw), pending (60 cw: 15 carry words for each of the 4 shifts).
+    j of word w is planes[j cw + w]. A weight with one set bit j adds each group's count at plane j directly;
+    any other weight first counts its rows in a bit-sliced counter of its own, then adds that counter once at
+    each of its set bits (so the extra adds come per weight level and chunk, not per group). n_planes must hold
+    the largest weighted count and be >= 8 + the highest set bit of any weight (an add at shift j writes planes
+    j..j+3, its deferred carries j+4..j+7). Scratch: carry (cw words); scratch (SCRATCH_PLANES cw): the
+    deferred carries, 15 words for each of the 4 shifts, then the per-level counter.
     """
     for j in range(n_planes):
         planes[j * cw:j * cw + n_w] = 0
+    pending = scratch[:60 * cw]
+    counter = scratch[60 * cw:SCRATCH_PLANES * cw]
     n_pending = np.zeros(4, np.int64)
     for v in range(1, level_ptr.shape[0]):
-        hi = level_ptr[v]
-        for g in range(level_ptr[v - 1], hi, 15):
-            _add_group(bitmaps, bases, g, min(15, hi - g), w0, n_w, v, planes, cw, n_planes, sums, pending,
-                       n_pending, carry)
+        lo, hi = level_ptr[v - 1], level_ptr[v]
+        if hi == lo:
+            continue
+        if v & (v - 1) == 0:  # one set bit
+            shift = 0
+            while (1 << shift) != v:
+                shift += 1
+            for g in range(lo, hi, 15):
+                out = _carry_slot(planes, cw, shift, n_planes, n_w, pending, n_pending, carry)
+                _add_group(bitmaps, bases, g, min(15, hi - g), w0, n_w, planes, shift, cw, out)
+            continue
+        n_count = 5  # the level's count < 2^n_count; its 4-bit adds may carry into a 5th plane
+        while (1 << n_count) <= hi - lo:
+            n_count += 1
+        for j in range(n_count):
+            counter[j * cw:j * cw + n_w] = 0
+        for g in range(lo, hi, 15):
+            _add_group(bitmaps, bases, g, min(15, hi - g), w0, n_w, counter, 0, cw, carry)
+            ripple(counter, cw, 4, n_count, n_w, carry)
+        for j in range(4):
+            if (v >> j) & 1:
+                _add_count(planes, cw, j, n_planes, n_w, counter, n_count, carry)
     for j in range(4):
         if n_pending[j]:
             _flush(planes, cw, j, n_planes, n_w, pending, n_pending[j], carry)

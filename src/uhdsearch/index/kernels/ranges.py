@@ -9,11 +9,12 @@ from uhdsearch.index.kernels.bitmaps import (MAX_PLANES, add_bitmaps_weighted, p
 from uhdsearch.index.kernels.bits import popcount
 from uhdsearch.index.kernels.comparator import sole_bucket_hits
 from uhdsearch.index.kernels.heap import push
-from uhdsearch.index.kernels.levels import MAX_LEVEL, accumulate_levels
+from uhdsearch.index.kernels.levels import MAX_LEVEL, SCRATCH_PLANES, accumulate_levels
 from uhdsearch.index.kernels.lists import add_lists, first_block
 
 CHUNK = 131072  # documents per chunk (a multiple of 64): counters stay in L2, and each bitmap row is read
 # in 16 KB runs (4 KB runs, one page, left the hardware prefetcher cold: 1M docs 10.0 -> 8.8 ms per query)
+SCRATCH_WORDS = SCRATCH_PLANES * CHUNK // 64
 
 
 @numba.njit(cache=True)
@@ -36,8 +37,13 @@ def _order_by_level(bases, level_ptr, qdims, qvals, lo_j, hi_j, rows, words, qua
 
 @numba.njit(cache=True)
 def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
-                 qptr, qdims, qvals, bucket_weights, weighted, quantized, lo, hi, deleted, k, out_docs, out_scores):
-    """quantized: binary documents, the query values are integer weights 1..MAX_LEVEL (levels.py)."""
+                 qptr, qdims, qvals, bucket_weights, weighted, quantized, lo, hi, deleted, k, out_docs, out_scores,
+                 scratch):
+    """quantized: binary documents, the query values are integer weights 1..MAX_LEVEL (levels.py).
+
+    scratch: SCRATCH_WORDS words for the adder (levels.py), from the caller (a fresh 1 MB array per query cost
+    ~0.4 ms of page faults at 100k documents, as much as the search).
+    """
     n_buckets = bucket_weights.shape[0]
     chunk = max(64, min(CHUNK, (hi - lo + 63) // 64 * 64))  # small indexes need no full-size scratch
     chunk_words = chunk // 64
@@ -47,8 +53,6 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
     planes = np.zeros(n_buckets * chunk_words * MAX_PLANES, np.uint64)
     carry = np.zeros(chunk_words, np.uint64)
     hits = np.zeros(chunk_words, np.uint64)
-    sums = np.zeros(4 * chunk_words, np.uint64)
-    waiting = np.empty(60 * chunk_words if not weighted else 0, np.uint64)  # deferred carries (levels.py)
     size = 0
     c_off = qptr[0]
     # per query entry: next block of a list dim, or next weight of a bitmap dim
@@ -135,7 +139,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
             elif bases_ptr[b + 1] > bases_ptr[b]:
                 accumulate_levels(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], level_ptr[b], n_w, w0,
                                   n_planes[b], planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES],
-                                  chunk_words, carry, sums, waiting)
+                                  chunk_words, carry, scratch[:SCRATCH_PLANES * chunk_words])
         if weighted:
             for i in range(m):
                 score = total[i]
@@ -184,11 +188,11 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
 @numba.njit(cache=True, nogil=True)
 def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
               qptr, qdims, qvals, bucket_weights, weighted, quantized, bounds, deleted, k, out_docs, out_scores, first,
-              last):
+              last, scratch):
     """Tasks first..last-1 of all (query, doc range) pairs; out_* are (n_queries, n_ranges, k) per-range heaps.
 
     qptr is (n_queries * n_buckets + 1,): the dims of query q in bucket b are qdims[qptr[q n_b + b]:...].
-    Releases the GIL, so host threads run disjoint task ranges side by side.
+    Releases the GIL, so host threads run disjoint task ranges side by side; each thread passes its own `scratch`.
     """
     n_buckets = bucket_weights.shape[0]
     n_ranges = bounds.shape[0] - 1
@@ -197,4 +201,4 @@ def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, p
         r = task % n_ranges
         search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
                      qptr[q * n_buckets:(q + 1) * n_buckets + 1], qdims, qvals, bucket_weights, weighted, quantized,
-                     bounds[r], bounds[r + 1], deleted, k, out_docs[q, r], out_scores[q, r])
+                     bounds[r], bounds[r + 1], deleted, k, out_docs[q, r], out_scores[q, r], scratch)
