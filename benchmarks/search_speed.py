@@ -174,15 +174,18 @@ def adder_two_thread_speedup(repeats: int = 5) -> float:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from uhdsearch.index.kernels.bitmaps import MAX_PLANES, accumulate_bitmaps
+    from uhdsearch.index.kernels.bitmaps import MAX_PLANES
+    from uhdsearch.index.kernels.levels import SCRATCH_PLANES, accumulate_levels
     from uhdsearch.index.kernels.ranges import CHUNK
 
     words, n_rows, passes = 313, 583, 400  # 20k documents x a real query's bitmap dims: ~1.5 MB, in L2/L3
 
     @nb.njit(nogil=True)
     def scan(bitmaps, bases, planes, carry):  # pragma: no cover - compiled
+        one_level = np.array([0, bases.shape[0]], np.int64)  # a binary query: every row has weight 1
+        scratch = np.zeros(SCRATCH_PLANES * (CHUNK // 64), np.uint64)
         for _ in range(passes):
-            accumulate_bitmaps(bitmaps, bases, words, 0, 10, planes, CHUNK // 64, carry)
+            accumulate_levels(bitmaps, bases, one_level, words, 0, 10, planes, CHUNK // 64, carry, scratch)
 
     rng = np.random.default_rng(0)
     jobs = [(rng.integers(0, 2**63, n_rows * words, dtype=np.uint64), np.arange(n_rows, dtype=np.int64) * words,

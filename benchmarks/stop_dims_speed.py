@@ -1,10 +1,12 @@
-"""Search speed with stop dimensions and 4-bit IDF levels at 100k documents, one thread, against bm25s.
+"""Search speed with stop dimensions and 4-bit IDF levels at 100k and 1M documents, one thread, against bm25s.
 
-Opens benchmarks/search_speed.py's synthetic 100k index read-only (documents with the quickstart model's density,
-the real SciFact test queries encoded by that model), applies `QueryWeighting` per threshold and times single
-queries (medians, k = 10). bm25s runs in the same process on 100k dictionary definitions (search_speed.py's).
-If benchmarks/lookup_queries.py has built the lookup table, the inference-free end to end (lookup encode + search)
-is timed too.
+Opens benchmarks/synthetic_binary.py's synthetic binary indexes (documents with the quickstart model's density,
+the real SciFact test queries encoded by that model; generated on first use), applies `QueryWeighting` per
+threshold and times single queries (medians, k = 10): binary and 4-bit IDF (the kernels' quantized scoring) over
+the same kept dims, timed interleaved query by query so that the load of other jobs falls alike on both. bm25s runs
+in the same process on dictionary definitions of the same size (search_speed.py's). If
+benchmarks/lookup_queries.py has built the lookup table, the inference-free end to end (lookup encode + search)
+is timed too at the smallest size.
 
     .venv/bin/python benchmarks/stop_dims_speed.py
 
@@ -29,6 +31,7 @@ from speed_common import single_query_ms  # noqa: E402
 from speed_peers import bench_bm25s  # noqa: E402
 from speed_stats import load_stats  # noqa: E402
 from settings import ROOT, comma_list, parse_args, record  # noqa: E402
+from synthetic_binary import binary_index_dir  # noqa: E402
 
 OUT_JSON = ROOT / "benchmarks" / "results" / "stop_dims_speed.json"
 K = 10
@@ -38,75 +41,112 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def timed(name: str, search, rows, **extra) -> dict:
-    times = single_query_ms(search, rows)
+def interleaved_ms(systems: dict, n_rows: int) -> dict[str, np.ndarray]:
+    """{name: (search, rows)} -> {name: per-query ms}: the systems take turns, one search each, so that the load of
+    other jobs falls alike on all; after one untimed pass over all rows (five warm-up queries left the first
+    system's pages cold: 0.45 against 0.09 ms).
+
+    Turn i gives system s query (i + s n / n_systems) mod n: consecutive searches never share a query. Timing the
+    systems on the same query back to back let the second find that query's rows in the 32 MB L3 cache (1M
+    documents, max_df 0.1: 19 MB of rows; both systems looked 3-5x faster than at max_df 0.2).
+    """
+    for search, rows in systems.values():
+        for r in rows:
+            search(r)
+    times = {name: [] for name in systems}
+    names = list(systems)
+    for i in range(n_rows):
+        for s, name in enumerate(names):
+            search, rows = systems[name]
+            t0 = time.perf_counter()
+            search(rows[(i + s * n_rows // len(names)) % n_rows])
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: np.array(t) for name, t in times.items()}
+
+
+def summary(name: str, times: np.ndarray, **extra) -> dict:
     row = {"system": name, "p50_ms": round(float(np.median(times)), 3),
-           "p95_ms": round(float(np.quantile(times, 0.95)), 3), "n_queries": len(rows), **extra}
+           "p95_ms": round(float(np.quantile(times, 0.95)), 3), "n_queries": int(times.shape[0]), **extra}
     log(json.dumps(row))
     return row
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-queries", type=int)
-    parser.add_argument("--max-df", type=comma_list(float))
-    args, config, settings = parse_args(parser, "stop_dims_speed", argv)
-    directory = ROOT / args.index_dir
-    _, queries, _ = load_stats()
-    queries = queries[: args.n_queries]
-    binary = InvertedIndex.load(directory / "uhd-binary", mmap=True, verify=False)
+def bench_size(n_docs: int, queries, args) -> list[dict]:
+    n_queries = min(queries.n, args.n_queries if n_docs <= 100_000 else args.n_queries_large)
+    queries = queries[:n_queries]
+    binary = InvertedIndex.load(binary_index_dir(n_docs, args.seed), mmap=True, verify=False)
     binary.warm_up()
     rows = []
     for max_df in args.max_df:
         weighting = QueryWeighting.of_index(binary, None if max_df >= 1.0 else max_df, idf=True)
         kept = weighting.drop(queries)
         levels = weighting.quantize(kept)
-        dims = float(kept.active_per_row().mean())
-        singles = [kept[i:i + 1] for i in range(kept.n)]
-        rows.append(timed(f"binary max_df={max_df:g}", lambda q: binary.search_encoded(q, K, [1.0], "binary",
-                                                                                       n_threads=1),
-                          singles, max_df=max_df, query_dims=round(dims, 1)))
-        level_rows = [levels[i:i + 1] for i in range(levels.n)]
-        rows.append(timed(f"idf4 max_df={max_df:g}", lambda q: binary.search_encoded(q, K, [1.0], "quantized",
-                                                                                     n_threads=1),
-                          level_rows, max_df=max_df, query_dims=round(dims, 1)))
-    weighted = InvertedIndex.load(directory / "uhd-weighted", mmap=True, verify=False)
-    weighted.warm_up()
-    few = [queries[i:i + 1] for i in range(min(args.n_weighted, queries.n))]
-    rows.append(timed("weighted (float) max_df=1", lambda q: weighted.search_encoded(q, K, [1.0], "weighted",
-                                                                                      n_threads=1), few, max_df=1.0))
+        dims = round(float(kept.active_per_row().mean()), 1)
+        times = interleaved_ms({
+            "binary": (lambda q: binary.search_encoded(q, K, [1.0], "binary", n_threads=1),
+                       [kept[i:i + 1] for i in range(kept.n)]),
+            "idf4": (lambda q: binary.search_encoded(q, K, [1.0], "quantized", n_threads=1),
+                     [levels[i:i + 1] for i in range(levels.n)])}, kept.n)
+        pair = [summary(f"{name} max_df={max_df:g}", t, n_docs=n_docs, max_df=max_df, query_dims=dims)
+                for name, t in times.items()]
+        pair[1]["idf4_over_binary"] = round(float(np.median(times["idf4"]) / np.median(times["binary"])), 3)
+        rows += pair
     lookup_dir = ROOT / "out" / "lookup"
-    if args.model and lookup_dir.is_dir():
-        from uhdsearch.encoder.lookup import LookupEncoder
-        from uhdsearch.encoder.model import UHDEncoder
-        from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
-
-        model = UHDEncoder.from_pretrained(ROOT / args.model)
-        if (lookup_dir / model.digest()).is_dir():
-            lookup = LookupEncoder.load(lookup_dir / model.digest(), model)
-            texts = [q.text for q in load_beir(bundled_dataset_dir("scifact"), "test").queries][: args.n_queries]
-            for max_df in (1.0, args.max_df[1] if len(args.max_df) > 1 else 1.0):
-                weighting = QueryWeighting.of_index(binary, None if max_df >= 1.0 else max_df, idf=True)
-
-                def end_to_end(text, weighting=weighting):
-                    q = weighting.quantize(weighting.drop(lookup.encode([text])))
-                    return binary.search_encoded(q, K, [1.0], "quantized", n_threads=1)
-                rows.append(timed(f"lookup encode + idf4 search max_df={max_df:g}", end_to_end, texts, max_df=max_df))
-    bm25 = bench_bm25s(binary.n_documents, queries.n, args.seed)[0]
-    rows.append({"system": "bm25s", "p50_ms": round(bm25["p50_ms"], 3), "p95_ms": round(bm25.get("p95_ms", 0), 3),
-                 "n_queries": queries.n})
+    if args.model and lookup_dir.is_dir() and n_docs == min(args.sizes):
+        rows += lookup_rows(binary, args, lookup_dir, n_docs)
+    del binary
+    bm25 = bench_bm25s(n_docs, n_queries, args.seed)[0]
+    rows.append({"system": "bm25s", "n_docs": n_docs, "p50_ms": round(bm25["p50_ms"], 3),
+                 "p95_ms": round(bm25.get("p95_ms", 0), 3), "n_queries": n_queries})
     base = rows[0]["p50_ms"]
     for r in rows:
         r["x_bm25s"] = round(r["p50_ms"] / bm25["p50_ms"], 3)
         r["x_binary"] = round(r["p50_ms"] / base, 3)
-    print(f"{'system':<42} {'dims':>6} {'p50 ms':>8} {'x bm25s':>8} {'x binary':>8}")
+    return rows
+
+
+def lookup_rows(binary, args, lookup_dir: Path, n_docs: int) -> list[dict]:
+    from uhdsearch.encoder.lookup import LookupEncoder
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
+
+    model = UHDEncoder.from_pretrained(ROOT / args.model)
+    if not (lookup_dir / model.digest()).is_dir():
+        return []
+    lookup = LookupEncoder.load(lookup_dir / model.digest(), model)
+    texts = [q.text for q in load_beir(bundled_dataset_dir("scifact"), "test").queries][: args.n_queries]
+    rows = []
+    for max_df in (1.0, args.max_df[1] if len(args.max_df) > 1 else 1.0):
+        weighting = QueryWeighting.of_index(binary, None if max_df >= 1.0 else max_df, idf=True)
+
+        def end_to_end(text, weighting=weighting):
+            q = weighting.quantize(weighting.drop(lookup.encode([text])))
+            return binary.search_encoded(q, K, [1.0], "quantized", n_threads=1)
+        rows.append(summary(f"lookup encode + idf4 search max_df={max_df:g}", single_query_ms(end_to_end, texts),
+                            n_docs=n_docs, max_df=max_df))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=comma_list(int))
+    parser.add_argument("--n-queries", type=int)
+    parser.add_argument("--n-queries-large", type=int)
+    parser.add_argument("--max-df", type=comma_list(float))
+    parser.add_argument("--model", help="model directory of the lookup table; '' skips the lookup rows")
+    parser.add_argument("--seed", type=int)
+    args, config, settings = parse_args(parser, "stop_dims_speed", argv)
+    _, queries, _ = load_stats()
+    load_start = os.getloadavg()
+    rows = [r for n_docs in args.sizes for r in bench_size(n_docs, queries, args)]
+    print(f"{'system':<42} {'n_docs':>9} {'dims':>6} {'p50 ms':>8} {'x bm25s':>8} {'x binary':>8} {'idf4/bin':>8}")
     for r in rows:
-        print(f"{r['system']:<42} {r.get('query_dims', ''):>6} {r['p50_ms']:>8.3f} {r['x_bm25s']:>8.3f} "
-              f"{r['x_binary']:>8.3f}")
+        print(f"{r['system']:<42} {r['n_docs']:>9,} {r.get('query_dims', ''):>6} {r['p50_ms']:>8.3f} "
+              f"{r['x_bm25s']:>8.3f} {r['x_binary']:>8.3f} {r.get('idf4_over_binary', ''):>8}")
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
-    load = os.getloadavg()
-    result = {"script": "benchmarks/stop_dims_speed.py", **record(config, settings), "n_documents": binary.n_documents,
-              "threads": 1, "k": K, "load_average_at_end": [round(x, 2) for x in load], "rows": rows}
+    result = {"script": "benchmarks/stop_dims_speed.py", **record(config, settings), "threads": 1, "k": K,
+              "load_average_at_start": [round(x, 2) for x in load_start],
+              "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "rows": rows}
     OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {OUT_JSON}")
 

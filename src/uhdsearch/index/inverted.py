@@ -23,7 +23,7 @@ from uhdsearch.errors import IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.base import Scoring, check_search_args
 from uhdsearch.index.kernels import dispatch
-from uhdsearch.index.kernels.levels import level_arrays, level_weights
+from uhdsearch.index.kernels.levels import check_levels
 from uhdsearch.index.kernels.validation import blocks_are_valid
 from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
 from uhdsearch.io import atomic_directory, load_npy, prefault_all, recover_directory, save_npy, write_json
@@ -262,7 +262,7 @@ class InvertedIndex:
             queries: encoded queries, one bucket per index bucket, same dim.
             k: result depth, > 0.
             scoring: "binary" counts shared active dims; "weighted" sums query x document values; "quantized"
-                sums the query's integer values (1..255, e.g. quantized IDF) of the dims a document shares.
+                sums the query's integer values (1..15, e.g. quantized IDF) of the dims a document shares.
             deleted: optional (n_documents,) bool mask of documents never returned.
             n_threads: threads for the kernels (default: numba's current setting).
         Returns:
@@ -276,11 +276,9 @@ class InvertedIndex:
         if n_threads is None:
             n_threads = numba.get_num_threads()
         if scoring == "quantized":
-            sources, weights = level_weights(bucket_weights)
-            return dispatch.search_arrays([self.buckets[s] for s in sources], self.n_documents, queries.n,
-                                          level_arrays(queries), int(k), weights, False, deleted, int(n_threads))
+            check_levels(queries)
         return dispatch.search(self.buckets, self.n_documents, queries, int(k), bucket_weights,
-                              scoring == "weighted", deleted, int(n_threads))
+                              scoring == "weighted", deleted, int(n_threads), quantized=scoring == "quantized")
 
     def document_frequencies(self, bucket: int = 0) -> np.ndarray:
         """(dim,) int64 number of documents in which each dimension is active."""

@@ -3,8 +3,8 @@
 The most frequent UHD dimensions behave like stopwords: they cost the most bytes to scan and tell documents apart
 least. `QueryWeighting` drops the query dims active in more than `max_df` of the documents and, with `idf`, gives
 each kept dim an IDF weight: quantized to integer levels 1..15 for binary scoring (the kernels' "quantized" mode:
-exact, reads a binary query's bytes, but far slower today; see index/kernels/levels.py), or multiplied into the
-query values for weighted scoring.
+exact, the weights' bit-planes added into one bit-sliced counter that reads a binary query's bytes once; see
+index/kernels/levels.py), or multiplied into the query values for weighted scoring.
 """
 from __future__ import annotations
 

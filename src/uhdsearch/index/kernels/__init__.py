@@ -9,7 +9,11 @@ comparator finds them when one bucket scores the query, a per-word bound otherwi
 buckets in bucket order, as the oracle sums them. Each work unit keeps a k-heap; dispatch.py runs work units on
 threads and merges the heaps of one query's ranges.
 
+Integer query weights (quantized IDF) enter the same counter as bit-planes: a dim of weight v adds its bitmap at
+every set bit of v (levels.py; a binary query is the case v = 1).
+
 One algorithm per module: bits (intrinsics), heap (the top-k heap and the heap merge: the tie rule),
-bitmaps (bit-sliced adders), lists (packed lists), comparator (sole-bucket candidates), ranges (the range
-driver and task loop), validation (load-time block check); dispatch is the host side (threads, query arrays).
+bitmaps (bit-sliced planes and the weighted bitmap walk), levels (the adder trees that fill the planes), lists (packed lists), comparator (sole-bucket
+candidates), ranges (the range driver and task loop), validation (load-time block check); dispatch is the host
+side (threads, query arrays).
 """

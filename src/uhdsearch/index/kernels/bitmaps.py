@@ -1,6 +1,8 @@
-"""Bit-sliced counters over bitmap dims: 15-input carry-save adders, their planes, and the weighted bitmap adder.
+"""Bit-sliced counters over bitmap dims: the carry-save adder, carry ripple, reading the planes, and the weighted
+bitmap walk. levels.py fills the planes (15-input adder trees, integer weights as shifts).
 
-Bit j of 64 documents' counts is one word of plane j; planes are stored plane by plane so that the loops vectorize.
+Bit j of 64 documents' counts is one word of plane j; planes are stored plane by plane so that the loops vectorize
+(the word-major layout with a per-word carry loop was 3.4x slower).
 """
 from __future__ import annotations
 
@@ -13,14 +15,14 @@ MAX_PLANES = 32
 
 
 @numba.njit(cache=True, inline="always")
-def _csa(a, b, c):
+def csa(a, b, c):
     """Carry-save adder: three words of bits in, (sum bits, carry bits) out, for 64 documents at once."""
     t = a ^ b
     return t ^ c, (a & b) | (c & t)
 
 
 @numba.njit(cache=True, inline="always")
-def _ripple(planes, cw, j, n_planes, n_w, carry):
+def ripple(planes, cw, j, n_planes, n_w, carry):
     """Add the carry words into planes j, j+1, ... until no carry is left (or the top plane)."""
     while j < n_planes:
         plane = planes[j * cw:j * cw + n_w]
@@ -35,73 +37,6 @@ def _ripple(planes, cw, j, n_planes, n_w, carry):
         if left == 0:
             return
         j += 1
-
-
-@numba.njit(cache=True)
-def accumulate_bitmaps(bitmaps, bases, n_w, w0, n_planes, planes, cw, carry):
-    """Set planes to the per-document counts of the bitmaps whose rows start at `bases`, for words w0..w0+n_w.
-
-    Bit-sliced: plane j holds bit j of 64 documents' counts; word w's plane j is planes[j cw + w]. Plane-major,
-    so that every loop below walks contiguous words and compiles to SIMD (the word-major layout with a per-word
-    carry loop was 3.4x slower). Groups of 15 bitmap rows reduce to a 4-bit count per document with 11
-    carry-save adders, added into planes 0-3; the carry out of plane 3 ripples up one plane per pass.
-    """
-    for j in range(n_planes):
-        planes[j * cw:j * cw + n_w] = 0
-    p0 = planes[0:n_w]
-    p1 = planes[cw:cw + n_w]
-    p2 = planes[2 * cw:2 * cw + n_w]
-    p3 = planes[3 * cw:3 * cw + n_w]
-    n_full = bases.shape[0] // 15 * 15
-    for g in range(0, n_full, 15):
-        # slices, not base + w: the index is then provably in range, which lets LLVM vectorize the loop
-        r0 = bitmaps[bases[g] + w0:bases[g] + w0 + n_w]
-        r1 = bitmaps[bases[g + 1] + w0:bases[g + 1] + w0 + n_w]
-        r2 = bitmaps[bases[g + 2] + w0:bases[g + 2] + w0 + n_w]
-        r3 = bitmaps[bases[g + 3] + w0:bases[g + 3] + w0 + n_w]
-        r4 = bitmaps[bases[g + 4] + w0:bases[g + 4] + w0 + n_w]
-        r5 = bitmaps[bases[g + 5] + w0:bases[g + 5] + w0 + n_w]
-        r6 = bitmaps[bases[g + 6] + w0:bases[g + 6] + w0 + n_w]
-        r7 = bitmaps[bases[g + 7] + w0:bases[g + 7] + w0 + n_w]
-        r8 = bitmaps[bases[g + 8] + w0:bases[g + 8] + w0 + n_w]
-        r9 = bitmaps[bases[g + 9] + w0:bases[g + 9] + w0 + n_w]
-        r10 = bitmaps[bases[g + 10] + w0:bases[g + 10] + w0 + n_w]
-        r11 = bitmaps[bases[g + 11] + w0:bases[g + 11] + w0 + n_w]
-        r12 = bitmaps[bases[g + 12] + w0:bases[g + 12] + w0 + n_w]
-        r13 = bitmaps[bases[g + 13] + w0:bases[g + 13] + w0 + n_w]
-        r14 = bitmaps[bases[g + 14] + w0:bases[g + 14] + w0 + n_w]
-        for w in range(n_w):
-            a1, c1 = _csa(r0[w], r1[w], r2[w])
-            a2, c2 = _csa(r3[w], r4[w], r5[w])
-            a3, c3 = _csa(r6[w], r7[w], r8[w])
-            a4, c4 = _csa(r9[w], r10[w], r11[w])
-            a5, c5 = _csa(r12[w], r13[w], r14[w])
-            e1, d1 = _csa(a1, a2, a3)
-            s0, d2 = _csa(a4, a5, e1)
-            f1, g1 = _csa(c1, c2, c3)
-            f2, g2 = _csa(c4, c5, d1)
-            s1, g3 = _csa(f1, f2, d2)
-            s2, s3 = _csa(g1, g2, g3)
-            # add the 4-bit number (s3 s2 s1 s0) into planes 0-3
-            p = p0[w]
-            c = p & s0
-            p0[w] = p ^ s0
-            p = p1[w]
-            t = p ^ s1
-            p1[w] = t ^ c
-            c = (p & s1) | (c & t)
-            p = p2[w]
-            t = p ^ s2
-            p2[w] = t ^ c
-            c = (p & s2) | (c & t)
-            p = p3[w]
-            t = p ^ s3
-            p3[w] = t ^ c
-            carry[w] = (p & s3) | (c & t)
-        _ripple(planes, cw, 4, n_planes, n_w, carry)
-    for g in range(n_full, bases.shape[0]):
-        carry[:n_w] = bitmaps[bases[g] + w0:bases[g] + w0 + n_w]
-        _ripple(planes, cw, 0, n_planes, n_w, carry)
 
 
 @numba.njit(cache=True, inline="always")

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from uhdsearch.index.kernels.heap import merge_heaps
-from uhdsearch.index.kernels.ranges import run_tasks
+from uhdsearch.index.kernels.ranges import SCRATCH_WORDS, run_tasks
 
 MIN_DOCUMENTS_PER_THREAD = 32_768
 
@@ -49,6 +50,15 @@ def ranges_per_query(n_queries: int, n_threads: int, n_documents: int) -> int:
 
 
 _POOL: ThreadPoolExecutor | None = None
+_LOCAL = threading.local()
+
+
+def _run_tasks(*args) -> None:
+    """run_tasks with this thread's scratch, allocated once per thread (concurrent searches never share one)."""
+    scratch = getattr(_LOCAL, "scratch", None)
+    if scratch is None:
+        scratch = _LOCAL.scratch = np.empty(SCRATCH_WORDS, np.uint64)
+    run_tasks(*args, scratch)
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -68,18 +78,21 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 
 def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted: bool,
-           deleted: np.ndarray | None, n_threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k of every query row over compressed `buckets`; see InvertedIndex.search_encoded."""
+           deleted: np.ndarray | None, n_threads: int, quantized: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k of every query row over compressed `buckets`; see InvertedIndex.search_encoded.
+
+    quantized: the query values are integer weights 1..15 over binary documents (levels.py).
+    """
     depth = min(k, n_documents)
     n_q = queries.n
     if n_q == 0 or depth == 0:
         return np.full((n_q, depth), -1, np.int64), np.zeros((n_q, depth))
     return search_arrays(buckets, n_documents, n_q, query_arrays(queries, len(buckets)), k, bucket_weights,
-                         weighted, deleted, n_threads)
+                         weighted, deleted, n_threads, quantized)
 
 
 def search_arrays(buckets, n_documents: int, n_q: int, arrays, k: int, bucket_weights, weighted: bool,
-                  deleted: np.ndarray | None, n_threads: int) -> tuple[np.ndarray, np.ndarray]:
+                  deleted: np.ndarray | None, n_threads: int, quantized: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """`search` over query arrays (qptr, qdims, qvals) already ordered by (query, bucket)."""
     depth = min(k, n_documents)
     if n_q == 0 or depth == 0:
@@ -98,20 +111,20 @@ def search_arrays(buckets, n_documents: int, n_q: int, arrays, k: int, bucket_we
     )
     mask = np.zeros(0, np.bool_) if deleted is None else np.ascontiguousarray(deleted, np.bool_)
     common = (*args, (n_documents + 63) // 64, qptr, qdims, qvals, np.asarray(bucket_weights, np.float64),
-              weighted, bounds, mask, depth, out_docs, out_scores)
+              weighted and not quantized, quantized, bounds, mask, depth, out_docs, out_scores)
     n_tasks = n_q * n_ranges
     n_workers = min(n_threads, n_tasks)
     if n_workers == 1:
-        run_tasks(*common, 0, n_tasks)
+        _run_tasks(*common, 0, n_tasks)
     else:
         # Host threads rather than numba's parallel=True: they sleep instead of spinning when the machine is
         # busy (OpenMP's spinning made 2 threads slower than 1 on a loaded 2-core box), and compile faster.
         # The calling thread takes the last share itself: waiting idle for a pool thread instead left three
         # runnable threads on two cores and cost a hand-off per query.
         cuts = [n_tasks * i // n_workers for i in range(n_workers + 1)]
-        futures = [_pool().submit(run_tasks, *common, cuts[i], cuts[i + 1]) for i in range(n_workers - 1)]
+        futures = [_pool().submit(_run_tasks, *common, cuts[i], cuts[i + 1]) for i in range(n_workers - 1)]
         try:
-            run_tasks(*common, cuts[-2], cuts[-1])
+            _run_tasks(*common, cuts[-2], cuts[-1])
         finally:  # the pool threads write into the same output arrays: never return before they finish
             for future in futures:
                 future.result()

@@ -22,8 +22,10 @@ def first_block(blocks, start, end, doc):
 
 @numba.njit(cache=True)
 def add_lists(indptr, rows, block_ptr, payload_ptr, blocks, payload, weights, qdims, qvals, lo_j, hi_j, cursor,
-              position, pending, c_off, c0, c1, weighted, counts, values):
+              position, pending, c_off, c0, c1, weighted, quantized, counts, values):
     """Term at a time over packed lists for documents c0..c1-1.
+
+    Counts add 1 per shared dim, or the query dim's integer weight when `quantized`.
 
     Each query entry keeps its decoding state between chunks: block, position in the block and the decoded
     doc number not yet counted, so no block is decoded twice.
@@ -42,6 +44,7 @@ def add_lists(indptr, rows, block_ptr, payload_ptr, blocks, payload, weights, qd
             continue
         i = position[e]
         q_value = np.float64(qvals[j])
+        step = np.int32(qvals[j]) if quantized else np.int32(1)
         first_posting = indptr[d] + (block - block_ptr[d]) * BLOCK
         count = min(BLOCK, indptr[d + 1] - first_posting)
         meta = np.int64(blocks[2 * block + 1])
@@ -53,7 +56,7 @@ def add_lists(indptr, rows, block_ptr, payload_ptr, blocks, payload, weights, qd
                 if weighted:
                     values[doc - c0] += q_value * np.float64(weights[first_posting + i])
                 else:
-                    counts[doc - c0] += 1
+                    counts[doc - c0] += step
             i += 1
             if i < count:
                 at = (i - 1) * bits

@@ -4,20 +4,46 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from uhdsearch.index.kernels.bitmaps import (MAX_PLANES, accumulate_bitmaps, add_bitmaps_weighted, planes_extract,
+from uhdsearch.index.kernels.bitmaps import (MAX_PLANES, add_bitmaps_weighted, planes_extract,
                                              planes_max)
 from uhdsearch.index.kernels.bits import popcount
 from uhdsearch.index.kernels.comparator import sole_bucket_hits
 from uhdsearch.index.kernels.heap import push
+from uhdsearch.index.kernels.levels import MAX_LEVEL, SCRATCH_PLANES, accumulate_levels
 from uhdsearch.index.kernels.lists import add_lists, first_block
 
 CHUNK = 131072  # documents per chunk (a multiple of 64): counters stay in L2, and each bitmap row is read
 # in 16 KB runs (4 KB runs, one page, left the hardware prefetcher cold: 1M docs 10.0 -> 8.8 ms per query)
+SCRATCH_WORDS = SCRATCH_PLANES * CHUNK // 64
+
+
+@numba.njit(cache=True)
+def _order_by_level(bases, level_ptr, qdims, qvals, lo_j, hi_j, rows, words, quantized):
+    """Refill `bases` (a bucket's bitmap row starts) ordered by weight level (every level 1 unless quantized),
+    level_ptr (counts per level in, cumulative starts out); returns the sum of the bitmap dims' levels."""
+    for v in range(1, level_ptr.shape[0]):
+        level_ptr[v] += level_ptr[v - 1]
+    fill = level_ptr.copy()
+    total = 0
+    for j in range(lo_j, hi_j):
+        d = qdims[j]
+        if rows[d] >= 0:
+            v = np.int64(qvals[j]) if quantized else 1
+            bases[fill[v - 1]] = rows[d] * words
+            fill[v - 1] += 1
+            total += v
+    return total
 
 
 @numba.njit(cache=True)
 def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
-                 qptr, qdims, qvals, bucket_weights, weighted, lo, hi, deleted, k, out_docs, out_scores):
+                 qptr, qdims, qvals, bucket_weights, weighted, quantized, lo, hi, deleted, k, out_docs, out_scores,
+                 scratch):
+    """quantized: binary documents, the query values are integer weights 1..MAX_LEVEL (levels.py).
+
+    scratch: SCRATCH_WORDS words for the adder (levels.py), from the caller (a fresh 1 MB array per query cost
+    ~0.4 ms of page faults at 100k documents, as much as the search).
+    """
     n_buckets = bucket_weights.shape[0]
     chunk = max(64, min(CHUNK, (hi - lo + 63) // 64 * 64))  # small indexes need no full-size scratch
     chunk_words = chunk // 64
@@ -38,6 +64,8 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
     bases_ptr = np.zeros(n_buckets + 1, np.int64)
     n_lists = np.zeros(n_buckets, np.int64)
     n_planes = np.zeros(n_buckets, np.int64)
+    # each bucket's bitmap bases ordered by weight level, level v's at bases_ptr[b] + level_ptr[b, v - 1:v + 1]
+    level_ptr = np.zeros((n_buckets, MAX_LEVEL + 1), np.int64)
     for b in range(n_buckets):
         rows = bitmap_rows[b]
         indptr = indptrs[b]
@@ -47,6 +75,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
             if rows[d] >= 0:
                 bases[at] = rows[d] * words
                 at += 1
+                level_ptr[b, np.int64(qvals[j]) if quantized else 1] += 1
                 if weighted:
                     before = 0
                     bm = bitmaps[b]
@@ -55,14 +84,21 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                     cursor[j - c_off] = indptr[d] + before
             else:
                 if indptr[d + 1] > indptr[d]:
-                    n_lists[b] += 1
+                    n_lists[b] += np.int64(qvals[j]) if quantized else 1
                 block = first_block(blocks[b], block_ptrs[b][d], block_ptrs[b][d + 1], lo)
                 cursor[j - c_off] = block
                 if block < block_ptrs[b][d + 1]:
                     pending[j - c_off] = np.int64(blocks[b][2 * block])
         bases_ptr[b + 1] = at
-        n = 5  # the 15-input adder writes 4 planes and may carry into a 5th
-        while (1 << n) <= at - bases_ptr[b]:
+        largest = _order_by_level(bases[bases_ptr[b]:at], level_ptr[b], qdims, qvals, qptr[b], qptr[b + 1], rows,
+                                  words, quantized)  # the largest count the planes must hold
+        n = 8  # an add at shift j writes planes j..j+3 and its pending carries j+4..j+7 (levels.py)
+        for v in range(MAX_LEVEL, 0, -1):
+            if level_ptr[b, v] > level_ptr[b, v - 1]:
+                while (1 << (n - 7)) <= v:
+                    n += 1
+                break
+        while (1 << n) <= largest:
             n += 1
         n_planes[b] = n
     # the one bucket that scores a binary query, when there is one (the usual single-bucket model): its
@@ -92,8 +128,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 counts[b * chunk:b * chunk + m] = 0
             add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
                       weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
-                      weighted,
-                      counts[b * chunk:(b + 1) * chunk], values)
+                      weighted, quantized, counts[b * chunk:(b + 1) * chunk], values)
             if weighted:
                 if bases_ptr[b + 1] > bases_ptr[b]:
                     add_bitmaps_weighted(bitmaps[b], weights[b], indptrs[b], bitmap_rows[b], qdims, qvals, qptr[b],
@@ -102,9 +137,9 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 for i in range(m):
                     total[i] += weight_b * values[i]
             elif bases_ptr[b + 1] > bases_ptr[b]:
-                accumulate_bitmaps(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], n_w, w0, n_planes[b],
-                                   planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES],
-                                   chunk_words, carry)
+                accumulate_levels(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], level_ptr[b], n_w, w0,
+                                  n_planes[b], planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES],
+                                  chunk_words, carry, scratch[:SCRATCH_PLANES * chunk_words])
         if weighted:
             for i in range(m):
                 score = total[i]
@@ -152,11 +187,12 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
 
 @numba.njit(cache=True, nogil=True)
 def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
-              qptr, qdims, qvals, bucket_weights, weighted, bounds, deleted, k, out_docs, out_scores, first, last):
+              qptr, qdims, qvals, bucket_weights, weighted, quantized, bounds, deleted, k, out_docs, out_scores, first,
+              last, scratch):
     """Tasks first..last-1 of all (query, doc range) pairs; out_* are (n_queries, n_ranges, k) per-range heaps.
 
     qptr is (n_queries * n_buckets + 1,): the dims of query q in bucket b are qdims[qptr[q n_b + b]:...].
-    Releases the GIL, so host threads run disjoint task ranges side by side.
+    Releases the GIL, so host threads run disjoint task ranges side by side; each thread passes its own `scratch`.
     """
     n_buckets = bucket_weights.shape[0]
     n_ranges = bounds.shape[0] - 1
@@ -164,5 +200,5 @@ def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, p
         q = task // n_ranges
         r = task % n_ranges
         search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
-                     qptr[q * n_buckets:(q + 1) * n_buckets + 1], qdims, qvals, bucket_weights, weighted,
-                     bounds[r], bounds[r + 1], deleted, k, out_docs[q, r], out_scores[q, r])
+                     qptr[q * n_buckets:(q + 1) * n_buckets + 1], qdims, qvals, bucket_weights, weighted, quantized,
+                     bounds[r], bounds[r + 1], deleted, k, out_docs[q, r], out_scores[q, r], scratch)
