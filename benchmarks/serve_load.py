@@ -1,6 +1,6 @@
 """Load test of `uhdsearch serve`: 50 concurrent clients for 60 s, mixed /search and /explain (locust, headless).
 
-Run 1 serves the 100k-document index of search_speed.py; run 2 the same 100k documents as a segmented index while
+Run 1 serves the 100k-document index of synthetic_binary.py; run 2 the same 100k documents as a segmented index while
 one writer adds SciFact documents (encoded by the server), deletes and commits. Every search in run 2 checks that it sees a committed state: each writer batch is 4 copies of
 one text, so a query with that text finds all 4 or none (never a half-added or half-deleted batch); a violation
 counts as a failed request. The server runs as `uhdsearch serve` in its own process; its resident memory is read
@@ -147,7 +147,7 @@ def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[s
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
-    process = start_server(index_dir, Path(args.model), data, port, args.typical_sample, args.serve_options)
+    process = start_server(index_dir, ROOT / args.model, data, port, args.typical_sample, args.serve_options)
     try:
         wait_ready(base, process)
         log(f"{name}: server ready after {time.perf_counter() - started:.0f} s")
@@ -246,10 +246,10 @@ def main(argv: list[str] | None = None) -> None:
     runs = []
     wanted = args.runs.split(",")
     if "static" in wanted:
-        runs.append(one_run("100k static, search+explain", Path(args.static_index), None, args, queries, False))
+        runs.append(one_run("100k static, search+explain", ROOT / args.static_index, None, args, queries, False))
     if "writer" in wanted:
-        live = build_live_index(Path(args.live_source), ROOT / args.work_dir / "live")
-        n = len(InvertedIndex.load(args.live_source).doc_ids)
+        live = build_live_index(ROOT / args.live_source, ROOT / args.work_dir / "live")
+        n = len(InvertedIndex.load(ROOT / args.live_source).doc_ids)
         runs.append(one_run(f"{n // 1000}k segmented, + writer", live, None, args, queries, True))
     print(table(runs))
     result = {"runs": runs, "cpu_count": os.cpu_count(), "load_average_before": load_before,
