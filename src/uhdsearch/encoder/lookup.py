@@ -1,8 +1,9 @@
 """Inference-free queries: a token -> sparse vector table built once from a UHD model; a query is the max-pool
 of its tokens' rows (the union of their active dims), so encoding a query is a tokenizer call and a gather.
 
-Documents keep the full encoder. Each row is the model's output for the token alone (`[CLS] token [SEP]`, the
-token's own WTA winners, L2-normalized), so the table knows no context: the price of skipping the backbone.
+Documents keep the full encoder. `build_table`'s rows are the model's output for the token alone (`[CLS] token
+[SEP]`, the token's own WTA winners, L2-normalized), so that table knows no context; lookup_corpus.CorpusTable
+learns rows from the token's occurrences in a corpus instead (far better, see the README).
 `LookupEncoder` has the query side of `UHDEncoder`'s interface, so `Searcher(LookupEncoder(...), index)` works.
 """
 from __future__ import annotations
