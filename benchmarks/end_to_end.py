@@ -150,7 +150,8 @@ def encoder_stages(model: UHDEncoder, queries: list[str]) -> dict:
     with torch.inference_mode():
         for text in queries[:10] + queries:
             t = [time.perf_counter()]
-            ids = torch.tensor([tokenizer(text, truncation=True, max_length=model.config.query_max_length)["input_ids"]])
+            ids = tokenizer(text, truncation=True, max_length=model.config.query_max_length)["input_ids"]
+            ids = torch.tensor([ids])
             t.append(time.perf_counter())
             states = model._backbone_runner()(ids, torch.ones_like(ids), model.layers)
             t.append(time.perf_counter())

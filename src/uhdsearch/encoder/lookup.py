@@ -72,7 +72,8 @@ class LookupEncoder:
         self.config = config
         self._digest = digest
         self.specials = specials
-        dropped = set(tokenizer.all_special_ids) - ({tokenizer.cls_token_id, tokenizer.sep_token_id} if specials else set())
+        kept = {tokenizer.cls_token_id, tokenizer.sep_token_id} if specials else set()
+        dropped = set(tokenizer.all_special_ids) - kept
         self._special = np.array(sorted(dropped), np.int64)
 
     @classmethod

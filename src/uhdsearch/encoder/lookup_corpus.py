@@ -55,9 +55,9 @@ class CorpusTable:
         for b, (tokens, (values, dims)) in enumerate(zip(states, winners)):
             self._states[b].index_add_(0, ids, tokens.double())
             k = dims.shape[1]
-            self._pending[b].append(sp.coo_matrix(
-                (values.clamp_min(0).reshape(-1).numpy().astype(np.float64), (np.repeat(token_ids, k), dims.reshape(-1).numpy())),
-                shape=self._sums[b].shape))
+            data = values.clamp_min(0).reshape(-1).numpy().astype(np.float64)
+            self._pending[b].append(sp.coo_matrix((data, (np.repeat(token_ids, k), dims.reshape(-1).numpy())),
+                                                  shape=self._sums[b].shape))
             if len(self._pending[b]) >= 16:  # summing in groups bounds memory: duplicates add up on conversion
                 self._flush(b)
 

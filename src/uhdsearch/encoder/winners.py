@@ -1,5 +1,7 @@
-"""The WTA head's inference kernels: top-k and max-pool straight to CSR. The top-k: each row's k largest values, ties broken by the lower dimension (one rule for
-documents and queries), in numba over the raw bfloat16 or float32 bits.
+"""The WTA head's inference kernels in numba: top-k and max-pool straight to CSR.
+
+The top-k: each row's k largest values, ties broken by the lower dimension (one rule for documents and queries),
+over the raw bfloat16 or float32 bits.
 
 torch.topk leaves the order of equal values unspecified, and bfloat16's 8-bit mantissa makes equal values at the
 k-th place common; this kernel fixes the rule (value descending, then dimension ascending). It is also cheaper:
