@@ -97,20 +97,22 @@ def lookup_encoder(model: UHDEncoder, args, queries: list[str]):
                    f"from {len(rows)} SciFact documents"
 
 
-def time_queries(encode, index: InvertedIndex, queries: list[str], threads: int) -> dict:
-    encode_ms, search_ms, total_ms, active = [], [], [], []
+def time_queries(encoders: dict, index: InvertedIndex, queries: list[str], threads: int) -> dict:
+    """Each query through every encoder in turn (so load drift hits them alike), then searched; p50/p95 each."""
+    ms = {name: {"encode": [], "search": [], "total": [], "dims": []} for name in encoders}
     for text in queries[:10] + queries:  # the first ten warm up
-        t0 = time.perf_counter()
-        encoded = encode(text)
-        t1 = time.perf_counter()
-        index.search_encoded(encoded, 10, [1.0] * index.n_buckets, "binary", n_threads=threads)
-        t2 = time.perf_counter()
-        encode_ms.append(1e3 * (t1 - t0))
-        search_ms.append(1e3 * (t2 - t1))
-        total_ms.append(1e3 * (t2 - t0))
-        active.append(int(sum(b.nnz for b in encoded.buckets)))
-    return {"encode": percentiles(encode_ms[10:]), "search": percentiles(search_ms[10:]),
-            "total": percentiles(total_ms[10:]), "query_active_dims_p50": float(np.median(active[10:]))}
+        for name, encode in encoders.items():
+            t0 = time.perf_counter()
+            encoded = encode(text)
+            t1 = time.perf_counter()
+            index.search_encoded(encoded, 10, [1.0] * index.n_buckets, "binary", n_threads=threads)
+            t2 = time.perf_counter()
+            for key, value in (("encode", t1 - t0), ("search", t2 - t1), ("total", t2 - t0)):
+                ms[name][key].append(1e3 * value)
+            ms[name]["dims"].append(int(sum(b.nnz for b in encoded.buckets)))
+    return {name: {"encode": percentiles(m["encode"][10:]), "search": percentiles(m["search"][10:]),
+                   "total": percentiles(m["total"][10:]), "query_active_dims_p50": float(np.median(m["dims"][10:]))}
+            for name, m in ms.items()}
 
 
 def legacy_encode(model: UHDEncoder, text: str):
@@ -141,12 +143,15 @@ def legacy_encode(model: UHDEncoder, text: str):
 
 def encoder_stages(model: UHDEncoder, queries: list[str]) -> dict:
     """p50 of each stage of the full encoder on one query (what UHDEncoder.encode runs, taken apart)."""
+    from uhdsearch.encoder.model import _rows_to_csr
+    from uhdsearch.encoder.pooling import l2_normalize, max_pool_winners
     from uhdsearch.encoder.winners import pooled_csr, top_winners
 
     tokenizer, layer = model.backbone.tokenizer, model.layers[0]
     wta = model.buckets.wta[str(layer)]
     dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
-    stages: dict[str, list[float]] = {s: [] for s in ("tokenize", "backbone", "wta_product", "top_k", "pool_csr")}
+    names = ("tokenize", "backbone", "wta_product", "top_k", "pool_csr", "top_k_torch", "pool_csr_dense")
+    stages: dict[str, list[float]] = {s: [] for s in names}
     with torch.inference_mode():
         for text in queries[:10] + queries:
             t = [time.perf_counter()]
@@ -160,7 +165,13 @@ def encoder_stages(model: UHDEncoder, queries: list[str]) -> dict:
             t.append(time.perf_counter())
             values, dims = top_winners(z, model.config.wta_k)
             t.append(time.perf_counter())
-            pooled_csr(values, dims, torch.zeros(len(z), dtype=torch.long), 1, wta.dim)
+            token_text = torch.zeros(len(z), dtype=torch.long)
+            pooled_csr(values, dims, token_text, 1, wta.dim)
+            t.append(time.perf_counter())
+            values, dims = torch.topk(z, model.config.wta_k, dim=1, sorted=False)  # the pre-issue-21 stages
+            values = values.float()
+            t.append(time.perf_counter())
+            _rows_to_csr(l2_normalize(max_pool_winners(values, dims, token_text, 1, wta.dim)))
             t.append(time.perf_counter())
             for name, a, b in zip(stages, t[:-1], t[1:]):
                 stages[name].append(1e3 * (b - a))
@@ -200,11 +211,11 @@ def main() -> None:
         model.use_onnx_runtime(threads=args.threads)
     lookup, table_source = lookup_encoder(model, args, queries)
 
-    rows = {"full encoder": time_queries(lambda t: model.encode_query([t], query_k=query_k), index, queries,
-                                         args.threads),
-            "inference-free": time_queries(lambda t: lookup.encode([t]), index, queries, args.threads)}
+    encoders = {"full encoder": lambda t: model.encode_query([t], query_k=query_k),
+                "inference-free": lambda t: lookup.encode([t])}
     if model.config.query_k is None and query_k is None:  # the legacy path keeps every active dim
-        rows["full, pre-issue-21"] = time_queries(lambda t: legacy_encode(model, t), index, queries, args.threads)
+        encoders["full, pre-issue-21"] = lambda t: legacy_encode(model, t)
+    rows = time_queries(encoders, index, queries, args.threads)
     stages = encoder_stages(model, queries)
 
     import bm25s
