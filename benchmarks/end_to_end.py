@@ -1,14 +1,19 @@
-"""End-to-end latency (query encoding + search, as the paper's Table 3 counts it) over real text (issue 4, item 7).
+"""End-to-end latency (query encoding + search, as the paper's Table 3 counts it): full encoder and inference-free.
 
-The trained quickstart model encodes N dictionary definitions (GCIDE + WordNet, see search_speed.py), the
-binarized index is built, then SciFact test queries are run one at a time: encode, query_k truncation, exact
-top-10. bm25s over the same texts with the same queries (tokenization included) is the peer in the same run.
-Set-up once: `bash benchmarks/setup_search_speed.sh` (the dictionaries).
+Real SciFact test queries, one at a time: encode (the full encoder with the ONNX Runtime backbone, or the
+inference-free lookup table), then exact binary top-10. bm25s over real dictionary text of the same size, with the
+same queries (tokenization included), is the peer in the same run.
 
-    .venv/bin/python benchmarks/end_to_end.py [--n-docs 100000] [--model out/quickstart/model] [--threads 2]
+The index: `index = "synthetic"` (default) is the 100k-document synthetic index of benchmarks/search_speed.py,
+whose postings follow the density of the real quickstart model on SciFact (benchmarks/results/uhd_density_scifact.*,
+3,783 active dims per document; documents are *not* encoded here, which at ~15-54 documents/s on 2 cores would take
+0.5-2 h). `index = "real"` encodes N dictionary definitions with the model instead (cached under --work-dir).
+The lookup table: the variant benchmarks/lookup_queries.py chose (in the config), learned from a sample of SciFact
+documents. Set-up once: `bash benchmarks/setup_search_speed.sh` (the dictionaries).
 
-Prints a table and writes benchmarks/results/end_to_end.json (end_to_end_torch.json with --runtime torch). Encoded
-indexes are cached under --work-dir. Settings come from benchmarks/configs/end_to_end.toml (--config).
+    .venv/bin/python benchmarks/end_to_end.py [--n-docs 100000] [--model ../main/out/quickstart/model]
+
+Prints a table and writes benchmarks/results/end_to_end.json. Settings: benchmarks/configs/end_to_end.toml.
 """
 from __future__ import annotations
 
@@ -22,44 +27,166 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encoded_cache import load_model  # noqa: E402
+from settings import ROOT, parse_args, record  # noqa: E402
 from speed_peers import dictionary_texts  # noqa: E402
-from settings import parse_args, record  # noqa: E402
 
 from uhdsearch.encoder.model import UHDEncoder  # noqa: E402
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir  # noqa: E402
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "end_to_end.json"
+RESULTS = ROOT / "benchmarks" / "results" / "end_to_end.json"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def percentiles(ms: list[float]) -> dict:
-    return {"p50_ms": float(np.median(ms)), "p95_ms": float(np.percentile(ms, 95))}
+    return {"p50_ms": round(float(np.median(ms)), 3), "p95_ms": round(float(np.percentile(ms, 95)), 3)}
 
 
-def build_index(model: UHDEncoder, n_docs: int, work_dir: Path, batch_size: int) -> tuple[InvertedIndex, float, list[str]]:
+def synthetic_index(n_docs: int, seed: int, work_dir: Path) -> tuple[InvertedIndex, str]:
+    """A binary index of synthetic postings at the real model's density (search_speed.py's generator), cached."""
+    from speed_stats import load_stats
+    from synthetic import SyntheticPostings
+
+    from uhdsearch.index.writer import IndexWriter
+
+    profile, _, digest = load_stats()
+    path = work_dir / f"synthetic-n{n_docs}-seed{seed}-{digest}"
+    if not (path / "index_meta.json").is_file():
+        t0 = time.perf_counter()
+        synth = SyntheticPostings(profile, n_docs, seed=seed)
+        with IndexWriter(path, "binary", dim=synth.dim, n_buckets=1, n_documents=n_docs, overwrite=True) as writer:
+            for block in synth.blocks(max_postings=1 << 25):
+                writer.add_postings(0, block.first_dim, block.indptr, block.docs)
+        log(f"generated {n_docs:,} synthetic documents in {time.perf_counter() - t0:.0f} s -> {path}")
+    return BinaryIndex.load(path), f"synthetic postings at the density of {profile.doc_lengths.mean():.0f} " \
+                                   f"active dims per document (uhd_density_scifact)"
+
+
+def real_index(model: UHDEncoder, n_docs: int, work_dir: Path, batch_size: int) -> tuple[InvertedIndex, str]:
     texts, how = dictionary_texts(n_docs, seed=0)
     path = work_dir / f"index-{model.digest()}-{n_docs}"
-    if path.exists():
-        meta = json.loads((path / "end_to_end.json").read_text())
-        return BinaryIndex.load(path), meta["docs_per_s"], texts
-    start = time.perf_counter()
-    encoding = model.encode_document(texts, batch_size=batch_size, show_progress=True)
-    docs_per_s = n_docs / (time.perf_counter() - start)
-    index = BinaryIndex.from_encoding(encoding, [f"d{i}" for i in range(n_docs)], path, model.digest())
-    (path / "end_to_end.json").write_text(json.dumps({"docs_per_s": docs_per_s, "texts": how}))
-    return index, docs_per_s, texts
+    if not path.exists():
+        encoding = model.encode_document(texts, batch_size=batch_size, show_progress=True)
+        BinaryIndex.from_encoding(encoding, [f"d{i}" for i in range(n_docs)], path, model.digest())
+    return BinaryIndex.load(path), f"real text encoded by the model: {how}"
+
+
+def lookup_encoder(model: UHDEncoder, args, queries: list[str]):
+    """The inference-free table of the config's variant (the one benchmarks/lookup_queries.py chose), learned from
+    `table_docs` sampled SciFact documents; context-free rows for the timed queries' tokens the sample lacks."""
+    from encoded_cache import token_states
+
+    from uhdsearch.encoder.lookup import LookupEncoder, build_table
+    from uhdsearch.encoder.lookup_corpus import CorpusTable
+    from uhdsearch.evaluation.datasets import load_corpus
+
+    data_dir = ROOT / args.data_root / "scifact"
+    n_docs = len(load_corpus(data_dir / "corpus.jsonl"))
+    rows = np.sort(np.random.default_rng(args.seed).permutation(n_docs)[:args.table_docs])
+    states, token_ids, _ = token_states(model, data_dir, "document", rows)
+    table = CorpusTable.from_states(model, states, token_ids)
+    words = model.backbone.tokenizer(queries, add_special_tokens=False)["input_ids"]
+    alone = build_table(model, token_ids=np.unique(np.concatenate([np.asarray(w, np.int64) for w in words])))
+    tables = table.tables(args.lookup_summary, args.lookup_keep, fallback=alone)
+    lookup = LookupEncoder(tables, model.backbone.tokenizer, model.config, model.digest(), args.lookup_specials)
+    return lookup, f"{args.lookup_summary}, keep {args.lookup_keep}, [CLS]/[SEP] rows {args.lookup_specials}, " \
+                   f"from {len(rows)} SciFact documents"
+
+
+def time_queries(encoders: dict, index: InvertedIndex, queries: list[str], threads: int) -> dict:
+    """Each query through every encoder in turn (so load drift hits them alike), then searched; p50/p95 each."""
+    ms = {name: {"encode": [], "search": [], "total": [], "dims": []} for name in encoders}
+    for text in queries[:10] + queries:  # the first ten warm up
+        for name, encode in encoders.items():
+            t0 = time.perf_counter()
+            encoded = encode(text)
+            t1 = time.perf_counter()
+            index.search_encoded(encoded, 10, [1.0] * index.n_buckets, "binary", n_threads=threads)
+            t2 = time.perf_counter()
+            for key, value in (("encode", t1 - t0), ("search", t2 - t1), ("total", t2 - t0)):
+                ms[name][key].append(1e3 * value)
+            ms[name]["dims"].append(int(sum(b.nnz for b in encoded.buckets)))
+    return {name: {"encode": percentiles(m["encode"][10:]), "search": percentiles(m["search"][10:]),
+                   "total": percentiles(m["total"][10:]), "query_active_dims_p50": float(np.median(m["dims"][10:]))}
+            for name, m in ms.items()}
+
+
+def legacy_encode(model: UHDEncoder, text: str):
+    """The full encoder's query path as it was before issue 21 (tokenizer.pad, boolean-mask copies, torch.topk,
+    a dense (1, dim) max-pool then CSR), the same weights and ONNX Runtime backbone: the before/after ratio."""
+    from uhdsearch.encoder.model import _rows_to_csr
+    from uhdsearch.encoder.pooling import l2_normalize, max_pool_winners
+    from uhdsearch.sparse import SparseEncoding
+
+    tokenizer = model.backbone.tokenizer
+    ids = tokenizer([text], truncation=True, max_length=model.config.query_max_length)["input_ids"]
+    batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt")
+    dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+    with torch.inference_mode():
+        states = model._backbone_runner()(batch["input_ids"], batch["attention_mask"], model.layers)
+        keep = batch["attention_mask"].bool()
+        token_text = torch.nonzero(keep, as_tuple=True)[0]
+        out = []
+        for layer, s in zip(model.layers, states):
+            wta = model.buckets.wta[str(layer)]
+            weight, bias = wta._cast_weight(dtype) or (wta.weight, wta.bias)
+            z = torch.addmm(bias, s[keep].to(dtype), weight.t())
+            values, indices = torch.topk(z, model.config.wta_k, dim=1, sorted=False)
+            pooled = l2_normalize(max_pool_winners(values.float(), indices, token_text, 1, wta.dim))
+            out.append(_rows_to_csr(pooled))
+    return SparseEncoding(out)
+
+
+def encoder_stages(model: UHDEncoder, queries: list[str]) -> dict:
+    """p50 of each stage of the full encoder on one query (what UHDEncoder.encode runs, taken apart)."""
+    from uhdsearch.encoder.model import _rows_to_csr
+    from uhdsearch.encoder.pooling import l2_normalize, max_pool_winners
+    from uhdsearch.encoder.winners import pooled_csr, top_winners
+
+    tokenizer, layer = model.backbone.tokenizer, model.layers[0]
+    wta = model.buckets.wta[str(layer)]
+    dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+    names = ("tokenize", "backbone", "wta_product", "top_k", "pool_csr", "top_k_torch", "pool_csr_dense")
+    stages: dict[str, list[float]] = {s: [] for s in names}
+    with torch.inference_mode():
+        for text in queries[:10] + queries:
+            t = [time.perf_counter()]
+            ids = tokenizer(text, truncation=True, max_length=model.config.query_max_length)["input_ids"]
+            ids = torch.tensor([ids])
+            t.append(time.perf_counter())
+            states = model._backbone_runner()(ids, torch.ones_like(ids), model.layers)
+            t.append(time.perf_counter())
+            weight, bias = wta._cast_weight(dtype) or (wta.weight, wta.bias)
+            z = torch.addmm(bias, states[0][0].to(dtype), weight.t())
+            t.append(time.perf_counter())
+            values, dims = top_winners(z, model.config.wta_k)
+            t.append(time.perf_counter())
+            token_text = torch.zeros(len(z), dtype=torch.long)
+            pooled_csr(values, dims, token_text, 1, wta.dim)
+            t.append(time.perf_counter())
+            values, dims = torch.topk(z, model.config.wta_k, dim=1, sorted=False)  # the pre-issue-21 stages
+            values = values.float()
+            t.append(time.perf_counter())
+            _rows_to_csr(l2_normalize(max_pool_winners(values, dims, token_text, 1, wta.dim)))
+            t.append(time.perf_counter())
+            for name, a, b in zip(stages, t[:-1], t[1:]):
+                stages[name].append(1e3 * (b - a))
+    return {name: round(float(np.median(ms[10:])), 3) for name, ms in stages.items()}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-docs", type=int, help="dictionary definitions encoded and indexed")
-    parser.add_argument("--model", default="out/quickstart/model", help="(default: %(default)s)")
+    parser.add_argument("--n-docs", type=int, help="documents in the index")
+    parser.add_argument("--index", choices=("synthetic", "real"), help="synthetic postings or encoded dictionary text")
+    parser.add_argument("--model", help="the model encoding the queries")
     parser.add_argument("--threads", type=int, help="torch, ONNX Runtime and the search kernel")
     parser.add_argument("--query-k", help="an int, 'none' or 'config' (the model's own)")
     parser.add_argument("--n-queries", type=int, help="SciFact test queries timed")
-    parser.add_argument("--batch-size", type=int, help="document encoding batch")
-    parser.add_argument("--work-dir", default="out/end_to_end", help="encoded indexes are cached here "
-                        "(default: %(default)s)")
+    parser.add_argument("--work-dir", help="indexes are cached here")
     parser.add_argument("--runtime", choices=("torch", "onnx"),
                         help="the query-side backbone: PyTorch eager or ONNX Runtime (UHDEncoder.use_onnx_runtime)")
     return parser
@@ -67,33 +194,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args, config, settings = parse_args(build_parser(), "end_to_end")
+    start = time.time()
     torch.set_num_threads(args.threads)
-    model = UHDEncoder.from_pretrained(args.model)
-    # encode_query's None is the model's own query_k; keeping dim dims keeps every active one
+    model = load_model(args.model, args.data_root, args.seed)
     query_k = {"config": None, "none": model.config.dim}.get(args.query_k.lower())
     if args.query_k.lower() not in ("config", "none"):
         query_k = int(args.query_k)
     model.eval()
-    index, docs_per_s, texts = build_index(model, args.n_docs, Path(args.work_dir), args.batch_size)
+    work_dir = ROOT / args.work_dir
+    if args.index == "synthetic":
+        index, what = synthetic_index(args.n_docs, args.seed, work_dir)
+    else:
+        index, what = real_index(model, args.n_docs, work_dir, args.batch_size)
     queries = [q.text for q in load_beir(bundled_dataset_dir("scifact"), split="test").queries][: args.n_queries]
-    if args.runtime == "onnx":  # after the document encoding: ONNX Runtime only pays off for short inputs
+    if args.runtime == "onnx":  # after any document encoding: ONNX Runtime pays off for short inputs only
         model.use_onnx_runtime(threads=args.threads)
+    lookup, table_source = lookup_encoder(model, args, queries)
 
-    encode_ms, search_ms, total_ms, active = [], [], [], []
-    for text in queries[:10] + queries:  # the first ten warm up
-        t0 = time.perf_counter()
-        encoded = model.encode_query([text], query_k=query_k)
-        t1 = time.perf_counter()
-        index.search_encoded(encoded, 10, [1.0] * index.n_buckets, "binary", n_threads=args.threads)
-        t2 = time.perf_counter()
-        encode_ms.append(1000 * (t1 - t0))
-        search_ms.append(1000 * (t2 - t1))
-        total_ms.append(1000 * (t2 - t0))
-        active.append(int(sum(b.nnz for b in encoded.buckets)))
-    encode_ms, search_ms, total_ms, active = (x[10:] for x in (encode_ms, search_ms, total_ms, active))
+    encoders = {"full encoder": lambda t: model.encode_query([t], query_k=query_k),
+                "inference-free": lambda t: lookup.encode([t])}
+    if model.config.query_k is None and query_k is None:  # the legacy path keeps every active dim
+        encoders["full, pre-issue-21"] = lambda t: legacy_encode(model, t)
+    rows = time_queries(encoders, index, queries, args.threads)
+    stages = encoder_stages(model, queries)
 
     import bm25s
 
+    texts, how = dictionary_texts(args.n_docs, seed=0)
     retriever = bm25s.BM25(k1=0.9, b=0.4)
     retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
     bm25_ms = []
@@ -101,26 +228,30 @@ def main() -> None:
         t0 = time.perf_counter()
         tokens = bm25s.tokenize([text], stopwords="en", show_progress=False)
         retriever.retrieve(tokens, k=10, show_progress=False, n_threads=1)
-        bm25_ms.append(1000 * (time.perf_counter() - t0))
-    bm25_ms = bm25_ms[10:]
+        bm25_ms.append(1e3 * (time.perf_counter() - t0))
+    bm25 = percentiles(bm25_ms[10:])
 
-    result = {
-        "n_docs": args.n_docs, "threads": args.threads, "model": str(args.model), "query_k": args.query_k,
-        "runtime": args.runtime,
-        "docs_per_s_encoding": docs_per_s, "index_bytes_per_doc": index.bytes_per_document(),
-        "postings_per_doc": index.n_postings() / index.n_documents, "query_active_dims_p50": float(np.median(active)),
-        "uhd_encode": percentiles(encode_ms), "uhd_search": percentiles(search_ms), "uhd_total": percentiles(total_ms),
-        "bm25s_total": percentiles(bm25_ms), **record(config, settings),
-    }
-    print(f"{args.n_docs:,} real-text documents, {args.threads} threads, encoding {docs_per_s:.0f} docs/s, "
-          f"{result['postings_per_doc']:.0f} postings/doc, {result['index_bytes_per_doc']:.0f} bytes/doc")
-    print(f"{'stage':<22} {'p50 ms':>8} {'p95 ms':>8}")
-    for name in ("uhd_encode", "uhd_search", "uhd_total", "bm25s_total"):
-        print(f"{name:<22} {result[name]['p50_ms']:>8.2f} {result[name]['p95_ms']:>8.2f}")
-    print(f"uhd total / bm25s total (p50): {result['uhd_total']['p50_ms'] / result['bm25s_total']['p50_ms']:.2f}")
+    settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
+    result = {"script": "benchmarks/end_to_end.py", **record(config, settings), "index_kind": what,
+              "postings_per_doc": index.n_postings() / index.n_documents,
+              "index_bytes_per_doc": index.bytes_per_document(), "model_digest": model.digest(),
+              "lookup_table": table_source, "rows": rows, "full_encoder_stages_p50_ms": stages,
+              "bm25s_total": bm25, "bm25s_texts": how}
+    print(f"{args.n_docs:,} documents ({what}); {result['postings_per_doc']:.0f} postings/doc; {args.threads} threads; "
+          f"{len(queries)} SciFact test queries one at a time")
+    print(f"{'query side':<18} {'encode p50':>10} {'search p50':>10} {'total p50':>9} {'total p95':>9} "
+          f"{'dims':>5} {'/ bm25s':>7}")
+    for name, r in rows.items():
+        print(f"{name:<18} {r['encode']['p50_ms']:>10.2f} {r['search']['p50_ms']:>10.2f} {r['total']['p50_ms']:>9.2f} "
+              f"{r['total']['p95_ms']:>9.2f} {r['query_active_dims_p50']:>5.0f} "
+              f"{r['total']['p50_ms'] / bm25['p50_ms']:>7.2f}")
+    print(f"{'bm25s':<18} {'':>10} {'':>10} {bm25['p50_ms']:>9.2f} {bm25['p95_ms']:>9.2f} (tokenize + search, "
+          f"real dictionary text)")
+    print("full encoder stages, p50 ms: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
+    result["wall_s"] = round(time.time() - start, 1)
     out = RESULTS if args.runtime == "onnx" else RESULTS.with_name("end_to_end_torch.json")
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {out} ({result['wall_s']:.0f} s)")
 
 
 if __name__ == "__main__":

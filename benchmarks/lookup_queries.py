@@ -1,26 +1,38 @@
-"""Inference-free queries (encoder/lookup.py) against the full query encoder: test nDCG@10 and encode time.
+"""Inference-free queries (encoder/lookup.py, lookup_corpus.py) against the full query encoder: nDCG@10, encode time.
 
-The table is built once from the model (cached under out/lookup/<digest>/). Documents are the model's own
-(benchmarks/encoded_cache.py); both query sides are scored by the same kernels, binary and with the chosen
-stop-dimension default and 4-bit IDF.
+Per collection, the backbone states of the corpus and of every query are computed once and cached
+(encoded_cache.token_states: a frozen backbone's states do not depend on the head). One pass of the WTA head over
+the corpus states gives both the documents' vectors and the corpus tables, as an index build would. `corpus_docs`
+caps a collection at a seeded sample of its documents (encoding is slow on 2 shared cores); its queries are then
+those with a judged relevant document in the sample, judged against the sample only, for both query sides.
+Table variants are compared on SciFact *train* queries (`choose_on`); the best by binary nDCG@10 is scored once on
+every collection's test queries beside the full query encoder.
 
     .venv/bin/python benchmarks/lookup_queries.py
 
-Prints a table and writes benchmarks/results/lookup_queries.json. Settings: benchmarks/configs/lookup_queries.toml.
+Prints tables and writes benchmarks/results/lookup_queries.json. Settings: benchmarks/configs/lookup_queries.toml.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
+import torch
 
-from uhdsearch.encoder.lookup import LookupEncoder
+from uhdsearch.encoder.lookup import LookupEncoder, build_table
+from uhdsearch.encoder.lookup_corpus import CorpusTable
+from uhdsearch.encoder.winners import pooled_csr
+from uhdsearch.evaluation.datasets import load_beir
+from uhdsearch.sparse import SparseEncoding
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encoded_cache import load_model, token_states  # noqa: E402
 from settings import ROOT, comma_list, parse_args, record  # noqa: E402
 from stop_dims import Collection  # noqa: E402
 
@@ -31,60 +43,153 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def lookup_for(model) -> tuple[LookupEncoder, float]:
-    directory = ROOT / "out" / "lookup" / model.digest()
-    try:
-        return LookupEncoder.load(directory, model), 0.0
-    except FileNotFoundError:
+def documents_and_table(model, states, token_ids, table_rows, batch_size: int = 64):
+    """The documents' vectors (as model.encode_states gives them) and a CorpusTable of `table_rows`, one pass."""
+    dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+    table, sampled = CorpusTable(model), np.zeros(states.n, bool)
+    sampled[table_rows] = True
+    parts = [[] for _ in model.layers]
+    with torch.inference_mode():
+        for start in range(0, states.n, batch_size):
+            rows = list(range(start, min(states.n, start + batch_size)))
+            tokens, token_text = states.gather(rows, model.layers)
+            winners = []
+            for b, (layer, t) in enumerate(zip(model.layers, tokens)):
+                wta = model.buckets.wta[str(layer)]
+                values, dims = wta(t, model.config.wta_k, dtype)
+                winners.append((values, dims))
+                parts[b].append(pooled_csr(values, dims, token_text, len(rows), wta.dim))
+            keep = sampled[np.asarray(rows)][token_text.numpy()]
+            if keep.any():
+                ids = np.concatenate([token_ids[states.offsets[r]:states.offsets[r + 1]] for r in rows])
+                mask = torch.from_numpy(keep)
+                table.add(ids[keep], [t[mask] for t in tokens], [(v[mask], d[mask]) for v, d in winners])
+    return SparseEncoding([sp.vstack(p, format="csr") for p in parts]), table
+
+
+class StatesCollection(Collection):
+    """stop_dims.Collection over documents and queries encoded from cached backbone states; `n_docs`: a seeded
+    sample of the corpus (None: all of it), which the qrels and queries are then restricted to."""
+
+    def __init__(self, model, data_dir: Path, n_docs: int | None, seed: int):
+        from uhdsearch.evaluation.datasets import load_corpus
+        from uhdsearch.index.inverted import WeightedIndex
+
+        self.data_dir = data_dir
+        total = len(load_corpus(data_dir / "corpus.jsonl"))
+        rows = None if n_docs is None or n_docs >= total else \
+            np.sort(np.random.default_rng(seed).permutation(total)[:n_docs])
         t0 = time.perf_counter()
-        lookup = LookupEncoder.from_model(model)
-        seconds = time.perf_counter() - t0
-        directory.mkdir(parents=True, exist_ok=True)
-        lookup.save(directory)
-        return lookup, seconds
+        query_states, _, query_ids = token_states(model, data_dir, "query")
+        doc_states, doc_tokens, self.doc_ids = token_states(model, data_dir, "document", rows)
+        docs, self.table = documents_and_table(model, doc_states, doc_tokens, np.arange(doc_states.n))
+        log(f"{data_dir.name}: {doc_states.n} documents and their table in {time.perf_counter() - t0:.0f} s")
+        self.index = WeightedIndex.from_encoding(docs, self.doc_ids, None)
+        self.ones = WeightedIndex.from_encoding(docs.binarize(), self.doc_ids, None)
+        self.queries = model.encode_states(query_states, "query", show_progress=False)
+        self.row_of = {q: i for i, q in enumerate(query_ids)}
+        self.n_docs = doc_states.n
+
+    def split(self, split: str):
+        """Queries with a judged relevant document among the indexed ones; qrels of those documents only."""
+        data = load_beir(self.data_dir, split)
+        indexed = set(self.doc_ids)
+        qrels = {q: {d: r for d, r in judged.items() if d in indexed and r > 0} for q, judged in data.qrels.items()}
+        qrels = {q: judged for q, judged in qrels.items() if judged}
+        ids = [q.query_id for q in data.queries if q.query_id in qrels]
+        return ids, self.queries[np.array([self.row_of[q] for q in ids])], qrels
+
+
+def variants(model, collection: StatesCollection, keeps: list[int], query_tokens: np.ndarray,
+             only: str | None = None) -> dict:
+    """name -> LookupEncoder (`only`: just that one). Every corpus table falls back to the context-free row of a
+    token the corpus lacks. Context-free rows are built for the scored queries' tokens only (a row no scored query
+    uses cannot change a score), so they cost seconds here, not a vocabulary pass (~10 min on 2 busy cores)."""
+    alone = build_table(model, token_ids=query_tokens)
+    tokenizer, digest = model.backbone.tokenizer, model.digest()
+    out = {"alone": LookupEncoder(alone, tokenizer, model.config, digest)}
+    for summary in ("mean-state", "winners"):
+        for keep in keeps:
+            for specials in (False, True):
+                name = f"{summary}-{keep}{'+cls-sep' if specials else ''}"
+                if only in (None, name):
+                    out[name] = LookupEncoder(collection.table.tables(summary, keep, fallback=alone), tokenizer,
+                                              model.config, digest, specials=specials)
+    return out if only is None else {only: out[only]}
+
+
+def score_split(model, collection: StatesCollection, split: str, encoders: dict, max_dfs: list[float]) -> list[dict]:
+    ids, full, qrels = collection.split(split)
+    texts = {q.query_id: q.text for q in load_beir(collection.data_dir, split).queries}
+    rows = []
+    for side, encoder in [("full encoder", None), *encoders.items()]:
+        queries = full if encoder is None else encoder.encode([texts[q] for q in ids])
+        for max_df in max_dfs:
+            row = collection.score(ids, queries, qrels, max_df, 100)
+            rows.append({"collection": collection.data_dir.name, "split": split, "queries": side,
+                         "query_dims": row["query_dims"], "max_df": max_df, "binary": row["binary"],
+                         "binary-idf4": row["binary-idf4"]})
+            log(json.dumps(rows[-1]))
+    return rows
+
+
+def query_tokens(model, collection: StatesCollection, split: str) -> np.ndarray:
+    ids, _, _ = collection.split(split)
+    texts = {q.query_id: q.text for q in load_beir(collection.data_dir, split).queries}
+    encoded = model.backbone.tokenizer([texts[q] for q in ids], add_special_tokens=False)["input_ids"]
+    return np.unique(np.concatenate([np.asarray(x, np.int64) for x in encoded]))
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'collection':<9} {'split':<5} {'queries':<24} {'dims':>5} {'max_df':>6} {'binary':>7} {'idf4':>7}"]
+    for r in rows:
+        lines.append(f"{r['collection']:<9} {r['split']:<5} {r['queries']:<24} {r['query_dims']:>5.0f} "
+                     f"{r['max_df']:>6g} {r['binary']:>7.4f} {r['binary-idf4']:>7.4f}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model")
     parser.add_argument("--collections", type=comma_list())
     parser.add_argument("--n-timed", type=int)
+    parser.add_argument("--test-once", action=argparse.BooleanOptionalAction)
     args, config, settings = parse_args(parser, "lookup_queries", argv)
-    from uhdsearch.encoder.model import UHDEncoder
-    from uhdsearch.evaluation.datasets import load_beir
-
-    model = UHDEncoder.from_pretrained(ROOT / args.model)
-    lookup, build_s = lookup_for(model)
-    log(f"lookup table: {sum(t.nnz for t in lookup.tables):,} entries (built in {build_s:.0f} s)")
-    rows = []
-    for name in args.collections:
-        index_dir = ROOT / args.scifact_index if name == "scifact" else None
-        collection = Collection(model, ROOT / args.data_root / name, index_dir)
-        ids, full, qrels = collection.split("test")
-        data = load_beir(collection.data_dir, "test")
-        texts = {q.query_id: q.text for q in data.queries}
-        fast = lookup.encode([texts[q] for q in ids])
-        for side, queries in (("full encoder", full), ("lookup", fast)):
-            for max_df in (1.0, args.max_df):
-                row = collection.score(ids, queries, qrels, max_df, 100)
-                rows.append({"collection": name, "queries": side, "query_dims": row["query_dims"], "max_df": max_df,
-                             "binary": row["binary"], "binary-idf4": row["binary-idf4"]})
-                log(json.dumps(rows[-1]))
-    sample = [texts[q] for q in ids][: args.n_timed]
-    times = []
-    for text in sample * 2:  # the first pass warms caches
-        t0 = time.perf_counter()
-        lookup.encode([text])
-        times.append((time.perf_counter() - t0) * 1e3)
-    encode_ms = float(np.median(times[len(sample):]))
-    settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
+    start = time.time()
+    torch.set_num_threads(args.threads)
+    model = load_model(args.model, args.data_root, args.seed)
+    choose_collection, choose_split = args.choose_on.split(":")
+    collections = {name: StatesCollection(model, ROOT / args.data_root / name, args.corpus_docs.get(name), args.seed)
+                   for name in args.collections}
+    dev = collections[choose_collection]
+    candidates = variants(model, dev, args.keeps, query_tokens(model, dev, choose_split))
+    dev_rows = score_split(model, dev, choose_split, candidates, [1.0])
+    lookup_rows = [r for r in dev_rows if r["queries"] != "full encoder"]
+    chosen = max(lookup_rows, key=lambda r: r["binary"])["queries"]  # first listed wins a tie
+    print(table(dev_rows))
+    print(f"chosen on {choose_collection} {choose_split}: {chosen}")
     result = {"script": "benchmarks/lookup_queries.py", **record(config, settings), "model_digest": model.digest(),
-              "table_entries": int(sum(t.nnz for t in lookup.tables)), "table_build_s": round(build_s, 1),
-              "lookup_encode_p50_ms": round(encode_ms, 3), "rows": rows}
-    print(f"{'collection':<9} {'queries':<13} {'dims':>5} {'max_df':>6} {'binary':>7} {'idf4':>7}")
-    for r in rows:
-        print(f"{r['collection']:<9} {r['queries']:<13} {r['query_dims']:>5.0f} {r['max_df']:>6g} {r['binary']:>7.4f} "
-              f"{r['binary-idf4']:>7.4f}")
-    print(f"lookup encode p50: {encode_ms:.3f} ms per query (one at a time)")
+              "chosen": chosen, "dev_rows": dev_rows, "indexed_docs": {n: c.n_docs for n, c in collections.items()},
+              "rows": []}
+    if args.test_once:
+        for name, collection in collections.items():
+            keep = re.search(r"-(\d+)", chosen)
+            encoders = variants(model, collection, [int(keep.group(1))] if keep else [],
+                                query_tokens(model, collection, "test"), only=chosen)
+            result["rows"] += score_split(model, collection, "test", {chosen: encoders[chosen]},
+                                          [1.0, args.max_df])
+        print(table(result["rows"]))
+        lookup = encoders[chosen]
+        sample = [q.text for q in load_beir(collection.data_dir, "test").queries][: args.n_timed]
+        times = []
+        for text in sample * 2:  # the first pass warms caches
+            t0 = time.perf_counter()
+            lookup.encode([text])
+            times.append((time.perf_counter() - t0) * 1e3)
+        result["lookup_encode_p50_ms"] = round(float(np.median(times[len(sample):])), 3)
+        result["table_entries"] = int(sum(t.nnz for t in lookup.tables))
+        print(f"lookup encode p50: {result['lookup_encode_p50_ms']:.3f} ms per query (one at a time)")
+    result["wall_s"] = round(time.time() - start, 1)
     OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {OUT_JSON}")
 

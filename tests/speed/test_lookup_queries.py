@@ -68,3 +68,61 @@ def test_searcher_with_lookup_queries_equals_oracle(model, lookup):
     for row, qid in enumerate(queries):
         assert {h.doc_id: h.score for h in run[qid]} == {f"d{i}": s for i, s in enumerate(oracle[row]) if s > 0}
     assert run["q1"][0].doc_id in ("d0", "d3")
+
+
+# ---------------------------------------------------------------- tables learned from a corpus (lookup_corpus.py)
+CORPUS = ["vitamin d and bone density in older women", "the mouse genome", "heart attack after bone surgery"]
+
+
+@pytest.fixture(scope="module")
+def corpus_table(model):
+    from uhdsearch.encoder.lookup_corpus import CorpusTable
+
+    states = model.token_states(CORPUS, show_progress=False)
+    ids = model.backbone.tokenizer(CORPUS, truncation=True, max_length=model.config.document_max_length)["input_ids"]
+    return CorpusTable.from_states(model, states, np.concatenate(ids)), states, ids
+
+
+def test_corpus_rows_are_the_tokens_winners_in_context(model, corpus_table):
+    import torch
+
+    table, states, ids = corpus_table
+    tokenizer = model.backbone.tokenizer
+    (genome,) = tokenizer("genome", add_special_tokens=False)["input_ids"]  # once, in the second text
+    position = int(states.offsets[1]) + ids[1].index(genome)
+    with torch.no_grad():
+        values, dims = model.buckets.wta[str(model.layers[0])](states.layer(model.layers[0])[position:position + 1]
+                                                              .float(), 16, torch.float32)
+    positive = values[0] > 0
+    for summary in ("winners", "mean-state"):  # one occurrence: its mean state is its state
+        row = table.tables(summary)[0][genome]
+        assert set(row.indices) == set(dims[0][positive].tolist()), summary
+        assert np.isclose(np.linalg.norm(row.data), 1.0)
+    (bone,) = tokenizer("bone", add_special_tokens=False)["input_ids"]
+    assert table.occurrences[bone] == 2 and table.occurrences[tokenizer.cls_token_id] == 3
+    assert table.tables("winners", keep=5)[0][bone].nnz == 5
+    assert table.tables("winners")[0][tokenizer("zebra", add_special_tokens=False)["input_ids"][0]].nnz == 0
+    with pytest.raises(UsageError, match="summary"):
+        table.tables("median")
+
+
+def test_corpus_lookup_adds_cls_and_sep_and_falls_back_to_context_free_rows(model, corpus_table, lookup, tmp_path):
+    table, _, _ = corpus_table
+    tokenizer = model.backbone.tokenizer
+    tables = table.tables("winners", fallback=lookup.tables)
+    encoder = LookupEncoder(tables, tokenizer, model.config, model.digest(), specials=True)
+    (bone,) = tokenizer("bone", add_special_tokens=False)["input_ids"]
+    (heart,) = tokenizer("heart", add_special_tokens=False)["input_ids"]
+    (failure,) = tokenizer("failure", add_special_tokens=False)["input_ids"]
+    assert (tables[0][bone] != table.tables("winners")[0][bone]).nnz == 0  # seen: the corpus row
+    assert table.occurrences[failure] == 0 and lookup.tables[0][failure].nnz > 0
+    assert (tables[0][failure] != lookup.tables[0][failure]).nnz == 0  # unseen: the context-free row
+    q = encoder.encode(["bone heart"]).buckets[0]
+    rows = [tables[0][t] for t in (tokenizer.cls_token_id, bone, heart, tokenizer.sep_token_id)]
+    want = rows[0]
+    for r in rows[1:]:
+        want = want.maximum(r)
+    assert np.allclose(q.toarray(), want.toarray())
+    encoder.save(tmp_path)
+    loaded = LookupEncoder.load(tmp_path, model)
+    assert loaded.specials and (loaded.encode(["bone heart"]).buckets[0] != q).nnz == 0

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from uhdsearch.encoder.pooling import l2_normalize, max_pool_winners
+from uhdsearch.encoder.winners import pooled_csr
 from uhdsearch.encoder.wta import WTALayer
 
 
@@ -38,4 +39,15 @@ class Buckets(nn.Module):
             wta = self.wta[str(layer)]
             values, indices = wta(states, wta_k, dtype)
             out.append(l2_normalize(max_pool_winners(values, indices, token_text, n_texts, wta.dim)))
+        return out
+
+    def sparse(self, tokens: list[torch.Tensor], token_text: torch.Tensor, n_texts: int, wta_k: int,
+               dtype: torch.dtype = torch.float32) -> list:
+        """Inference: what forward gives, as (n_texts, dim) CSR float32 per bucket, without dense rows."""
+        out = []
+        for layer, states in zip(self.layers, tokens):
+            wta = self.wta[str(layer)]
+            values, indices = wta(states, wta_k, dtype)
+            # on a GPU only the winners cross to the host
+            out.append(pooled_csr(values.cpu(), indices.cpu(), token_text.cpu(), n_texts, wta.dim))
         return out

@@ -1,8 +1,9 @@
 """Inference-free queries: a token -> sparse vector table built once from a UHD model; a query is the max-pool
 of its tokens' rows (the union of their active dims), so encoding a query is a tokenizer call and a gather.
 
-Documents keep the full encoder. Each row is the model's output for the token alone (`[CLS] token [SEP]`, the
-token's own WTA winners, L2-normalized), so the table knows no context: the price of skipping the backbone.
+Documents keep the full encoder. `build_table`'s rows are the model's output for the token alone (`[CLS] token
+[SEP]`, the token's own WTA winners, L2-normalized), so that table knows no context; lookup_corpus.CorpusTable
+learns rows from the token's occurrences in a corpus instead (far better, see the README).
 `LookupEncoder` has the query side of `UHDEncoder`'s interface, so `Searcher(LookupEncoder(...), index)` works.
 """
 from __future__ import annotations
@@ -64,12 +65,16 @@ class LookupEncoder:
         0
     """
 
-    def __init__(self, tables: list[sp.csr_matrix], tokenizer, config, digest: str) -> None:
+    def __init__(self, tables: list[sp.csr_matrix], tokenizer, config, digest: str, specials: bool = False) -> None:
+        """specials: queries include [CLS] and [SEP] (tables learned from a corpus have rows for them)."""
         self.tables = [t.tocsr() for t in tables]
         self.tokenizer = tokenizer
         self.config = config
         self._digest = digest
-        self._special = np.array(sorted(set(tokenizer.all_special_ids)), np.int64)
+        self.specials = specials
+        kept = {tokenizer.cls_token_id, tokenizer.sep_token_id} if specials else set()
+        dropped = set(tokenizer.all_special_ids) - kept
+        self._special = np.array(sorted(dropped), np.int64)
 
     @classmethod
     def from_model(cls, model, batch_size: int = 1024, token_ids=None) -> LookupEncoder:
@@ -83,7 +88,7 @@ class LookupEncoder:
     def save(self, directory: str | os.PathLike) -> Path:
         """Write the table into the model directory (or any directory) as query_lookup.npz."""
         path = Path(directory) / LOOKUP_FILE
-        arrays = {"digest": np.array(self._digest)}
+        arrays = {"digest": np.array(self._digest), "specials": np.array(self.specials)}
         for b, t in enumerate(self.tables):
             arrays.update({f"b{b}_data": t.data, f"b{b}_indices": t.indices, f"b{b}_indptr": t.indptr})
         tmp = path.with_name(path.name + ".tmp.npz")
@@ -100,6 +105,7 @@ class LookupEncoder:
         try:
             with np.load(path, allow_pickle=False) as z:
                 digest = str(z["digest"])
+                specials = bool(z["specials"]) if "specials" in z.files else False
                 tables = [sp.csr_matrix((z[f"b{b}_data"], z[f"b{b}_indices"], z[f"b{b}_indptr"]),
                                         shape=(z[f"b{b}_indptr"].shape[0] - 1, model.config.dim))
                           for b in range(model.config.n_buckets)]
@@ -107,13 +113,13 @@ class LookupEncoder:
             raise ModelFormatError(f"{path} is not a valid lookup table: {exc}") from exc
         if digest != model.digest():
             raise ModelFormatError(f"{path} was built for model {digest}, not {model.digest()}; rebuild it")
-        return cls(tables, model.backbone.tokenizer, model.config, digest)
+        return cls(tables, model.backbone.tokenizer, model.config, digest, specials)
 
     def encode(self, texts, kind: str = "query", **_) -> SparseEncoding:
         """Max-pool of the table rows of each text's tokens (special tokens left out); queries only."""
         if kind != "query":
             raise UsageError("a lookup encoder encodes queries only; encode documents with the full model")
-        encoded = self.tokenizer(list(texts), add_special_tokens=False, truncation=True,
+        encoded = self.tokenizer(list(texts), add_special_tokens=self.specials, truncation=True,
                                  max_length=self.config.query_max_length, return_overflowing_tokens=False)
         ids = [np.setdiff1d(np.asarray(x, np.int64), self._special) for x in encoded["input_ids"]]
         truncated = np.array([bool(e.overflowing) for e in encoded.encodings], dtype=bool) \

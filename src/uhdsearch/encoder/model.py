@@ -131,24 +131,35 @@ class UHDEncoder(nn.Module):
             runner = self._onnx[0]
         return runner
 
-    def _encode_batch(self, input_ids, attention_mask, wta_k: int | None) -> list[torch.Tensor]:
+    def _encode_batch(self, input_ids, attention_mask, wta_k: int | None, sparse: bool = False) -> list:
         device = self.device  # no copy when already there (the CPU)
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         states = self._backbone_runner()(input_ids, attention_mask, self.layers)
-        keep = attention_mask.bool()
-        token_text = torch.nonzero(keep, as_tuple=True)[0]
-        return self.pool_tokens([s[keep] for s in states], token_text, attention_mask.shape[0], wta_k)
+        n_texts, length = attention_mask.shape
+        if n_texts == 1 or bool(attention_mask.all()):  # no padding (one query): views, no boolean-mask copies
+            token_text = torch.arange(n_texts).repeat_interleave(length)
+            tokens = [s.reshape(n_texts * length, -1) for s in states]
+        else:
+            keep = attention_mask.bool()
+            token_text = torch.nonzero(keep, as_tuple=True)[0]
+            tokens = [s[keep] for s in states]
+        return self.pool_tokens(tokens, token_text, n_texts, wta_k, sparse)
 
     def pool_tokens(self, tokens: list[torch.Tensor], token_text: torch.Tensor, n_texts: int,
-                    wta_k: int | None = None) -> list[torch.Tensor]:
-        """Buckets from packed token states (one (n_tokens, hidden) tensor per bucket layer)."""
+                    wta_k: int | None = None, sparse: bool = False) -> list:
+        """Buckets from packed token states (one (n_tokens, hidden) tensor per bucket layer).
+
+        sparse: CSR float32 per bucket straight from the winners (inference; encoder/winners.py), else dense
+        differentiable rows.
+        """
         dtype = torch.bfloat16 if self.config.wta_dtype == "bfloat16" else torch.float32
         device = self.device  # cached states live on the host
         tokens, token_text = [t.to(device) for t in tokens], token_text.to(device)
         if self.state_transforms:
             tokens = [self.state_transforms[layer](t) if layer in self.state_transforms else t
                       for layer, t in zip(self.layers, tokens)]
-        return self.buckets(tokens, token_text, n_texts, wta_k or self.config.wta_k, dtype)
+        pool = self.buckets.sparse if sparse else self.buckets
+        return pool(tokens, token_text, n_texts, wta_k or self.config.wta_k, dtype)
 
     def forward_states(self, states: TokenStates, rows, drop=None, wta_k: int | None = None) -> list[torch.Tensor]:
         """Differentiable bucket vectors of cached texts; see TokenStates.gather. States of a layer below the
@@ -171,8 +182,9 @@ class UHDEncoder(nn.Module):
             for start in tqdm(range(0, len(rows), batch_size), desc=f"encode {_PLURAL[kind]}", disable=not show_progress,
                               leave=False):
                 batch = rows[start : start + batch_size]
-                for b, v in enumerate(self.forward_states(states, batch, wta_k=wta_k)):
-                    parts[b].append(_rows_to_csr(v))
+                tokens, token_text = bucket_token_states(self.backbone, states, batch, self.layers, None)
+                for b, v in enumerate(self.pool_tokens(tokens, token_text, len(batch), wta_k, sparse=True)):
+                    parts[b].append(v)
         if not parts[0] or not parts[0][0].shape[0]:
             return SparseEncoding([sp.csr_matrix((0, self.config.dim), dtype=np.float32) for _ in self.layers])
         encoded = SparseEncoding([sp.vstack(p, format="csr") for p in parts])
@@ -247,9 +259,9 @@ class UHDEncoder(nn.Module):
         try:
             with torch.inference_mode():
                 for positions, batch in self._length_sorted_batches(texts, max_length, batch_size, truncated):
-                    vectors = self._encode_batch(batch["input_ids"], batch["attention_mask"], wta_k)
+                    vectors = self._encode_batch(batch["input_ids"], batch["attention_mask"], wta_k, sparse=True)
                     for b, v in enumerate(vectors):
-                        parts[b].append(_rows_to_csr(v))
+                        parts[b].append(v)
                     order.append(positions)
                     bar.update(len(positions))
         finally:
@@ -274,6 +286,10 @@ class UHDEncoder(nn.Module):
         order = np.argsort(-lengths, kind="stable")
         for start in range(0, len(texts), batch_size):
             positions = order[start : start + batch_size]
+            if len(positions) == 1:  # one query: no padding, and tokenizer.pad costs more than the tensors
+                input_ids = torch.tensor([ids[positions[0]]])
+                yield positions, {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+                continue
             batch = tokenizer.pad({"input_ids": [ids[i] for i in positions]}, return_tensors="pt")
             yield positions, batch
 

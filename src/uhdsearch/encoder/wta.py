@@ -6,6 +6,7 @@ import math
 import torch
 from torch import nn
 
+from uhdsearch.encoder.winners import top_winners
 from uhdsearch.errors import UsageError
 
 
@@ -13,12 +14,16 @@ class _WinnersOnly(torch.autograd.Function):
     """z = x W^T + b, then top-k per row. Backward touches only the winners (§3.3), as sparse products."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, mask, k: int, dtype: torch.dtype, weight_cast=None):
-        weight_cast = weight.to(dtype) if weight_cast is None else weight_cast
-        z = torch.addmm(bias.to(dtype), x.to(dtype), weight_cast.t())
-        values, indices = torch.topk(z, k, dim=1, sorted=False)
+    def forward(ctx, x, weight, bias, mask, k: int, dtype: torch.dtype, cast=None):
+        weight_cast, bias_cast = (weight.to(dtype), bias.to(dtype)) if cast is None else cast
+        z = torch.addmm(bias_cast, x.to(dtype), weight_cast.t())
+        if z.device.type == "cpu":  # one tie rule for documents and queries, ~2x faster than torch.topk
+            values, indices = top_winners(z, k)
+        else:
+            values, indices = torch.topk(z, k, dim=1, sorted=False)
+            values = values.float()
         ctx.save_for_backward(x, weight, mask, indices)
-        return values.float(), indices
+        return values, indices
 
     @staticmethod
     def backward(ctx, grad_values, _grad_indices):
@@ -85,19 +90,19 @@ class WTALayer(nn.Module):
             raise UsageError(f"wta_k={wta_k} must satisfy 0 < wta_k <= dim ({self.dim})")
         return _WinnersOnly.apply(tokens, self.weight, self.bias, self.mask, wta_k, dtype, self._cast_weight(dtype))
 
-    def _cast_weight(self, dtype: torch.dtype) -> torch.Tensor | None:
-        """The weight in `dtype`, cached while it cannot change (no autograd).
+    def _cast_weight(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The weight and bias in `dtype`, cached while they cannot change (no autograd).
 
         Casting an 81,920 x 384 matrix costs ~90 ms, ten times the projection of a 32-token query.
         """
         if dtype == self.weight.dtype or (torch.is_grad_enabled() and self.weight.requires_grad):
             return None
-        key = (self.weight.data_ptr(), self.weight._version, dtype)
+        key = (self.weight.data_ptr(), self.weight._version, self.bias.data_ptr(), self.bias._version, dtype)
         if getattr(self, "_cast_key", None) != key:
             with torch.no_grad():
                 # Stored transposed, (hidden, dim) contiguous, viewed back as (dim, hidden): the product
                 # x @ W^T then streams W row-major, ~15 % faster for a query's few tokens.
-                self._cast = self.weight.detach().to(dtype).t().contiguous().t()
+                self._cast = (self.weight.detach().to(dtype).t().contiguous().t(), self.bias.detach().to(dtype))
             self._cast_key = key
         return self._cast
 
