@@ -7,6 +7,7 @@ winners at every smaller wta_k. Scores are exact (sparse products over the docum
 """
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
+from uhdsearch.io import atomic_write_text
 from uhdsearch.studies.registry import Study, model_provenance, register
 
 logger = logging.getLogger(__name__)
@@ -55,21 +57,29 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
 
     ks = sorted(int(k) for k in options["wta_ks"])
     wta = model.buckets.wta[str(layer)]
-    docs_k = _encode(wta, d_states, layer, ks, dtype, batch, "wta_k sweep: documents")
-    queries_k = _encode(wta, q_states, layer, ks, dtype, batch, "wta_k sweep: queries")
-    wta_rows = [{"wta_k": k, "dim": wta.dim, "head": "the model's", **_density(docs_k[k], queries_k[k]),
-                 **_scores_row(queries_k[k], docs_k[k], doc_ids, data, ("binary", "weighted"))} for k in ks]
+    rows_file = cache_dir / f"wta-{key}-{'-'.join(map(str, ks))}.json"  # each finished sweep is kept: a rerun resumes
+    if not rows_file.is_file():
+        docs_k = _encode(wta, d_states, layer, ks, dtype, batch, "wta_k sweep: documents")
+        queries_k = _encode(wta, q_states, layer, ks, dtype, batch, "wta_k sweep: queries")
+        atomic_write_text(rows_file, json.dumps(
+            [{"wta_k": k, "dim": wta.dim, "head": "the model's", **_density(docs_k[k], queries_k[k]),
+              **_scores_row(queries_k[k], docs_k[k], doc_ids, data, ("binary", "weighted"))} for k in ks]))
+    wta_rows = json.loads(rows_file.read_text())
 
     dim_rows = []
     mean = d_states.layer(layer).float().mean(dim=0)
     for dim in sorted(int(d) for d in options["dims"]):
-        head = WTALayer(model.backbone.hidden_size, dim, model.config.weight_sparsity, seed=model.config.seed)
-        head.center_(mean)  # the untrained centred head the quickstart starts from, at this width
         k = model.config.wta_k
-        docs = _encode(head, d_states, layer, [k], dtype, batch, f"dim {dim}: documents")[k]
-        queries = _encode(head, q_states, layer, [k], dtype, batch, f"dim {dim}: queries")[k]
-        dim_rows.append({"dim": dim, "wta_k": k, "head": "untrained, centred", **_density(docs, queries),
-                         **_scores_row(queries, docs, doc_ids, data, ("binary", "weighted"))})
+        row_file = cache_dir / f"dim-{key}-{dim}-{k}.json"
+        if not row_file.is_file():
+            head = WTALayer(model.backbone.hidden_size, dim, model.config.weight_sparsity, seed=model.config.seed)
+            head.center_(mean)  # the untrained centred head the quickstart starts from, at this width
+            docs = _encode(head, d_states, layer, [k], dtype, batch, f"dim {dim}: documents")[k]
+            queries = _encode(head, q_states, layer, [k], dtype, batch, f"dim {dim}: queries")[k]
+            atomic_write_text(row_file, json.dumps(
+                {"dim": dim, "wta_k": k, "head": "untrained, centred", **_density(docs, queries),
+                 **_scores_row(queries, docs, doc_ids, data, ("binary", "weighted"))}))
+        dim_rows.append(json.loads(row_file.read_text()))
     trained = next(r for r in wta_rows if r["wta_k"] == model.config.wta_k) if model.config.wta_k in ks else None
     figures = _plots(out_dir, wta_rows, dim_rows, trained)
     return {"data": {"collection": str(data_dir), "split": "test", "queries": len(data.queries),
