@@ -48,6 +48,7 @@ def test_report_gathers_figures_and_tables(tmp_path: Path) -> None:
     page = (tmp_path / "reports" / "index.html").read_text()
     assert 'src="demo/a.png"' in page and 'src="demo/cisi/b.png"' in page
     assert 'id="demo/cisi"' in page and "Demo (cisi)</h2>" in page
+    assert page.index('id="demo"') < page.index('id="demo/cisi"')  # SciFact's section first
     (study / "result.json").write_text("{not json")
     assert main(["report", "--reports", str(tmp_path / "reports")]) == 2
 

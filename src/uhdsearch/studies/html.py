@@ -24,7 +24,9 @@ def write_report(reports_dir: Path, out: Path | None = None) -> Path:
         DataFormatError: a result.json that is not valid JSON (named).
     """
     reports_dir = Path(reports_dir)
-    results = sorted([*reports_dir.glob("*/result.json"), *reports_dir.glob("*/*/result.json")])
+    found = [*reports_dir.glob("*/result.json"), *reports_dir.glob("*/*/result.json")]
+    # each study's SciFact section first, then its other collections
+    results = sorted(found, key=lambda p: (p.relative_to(reports_dir).parts[0], len(p.parts), str(p)))
     if not results:
         raise UsageError(f"no */result.json under {reports_dir}: run `uhdsearch study NAME` first")
     out = Path(out) if out is not None else reports_dir / "index.html"
