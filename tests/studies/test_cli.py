@@ -40,6 +40,15 @@ def test_report_gathers_figures_and_tables(tmp_path: Path) -> None:
     assert main(["report", "--reports", str(tmp_path / "reports")]) == 0
     page = (tmp_path / "reports" / "index.html").read_text()
     assert 'src="demo/a.png"' in page and "Demo &lt;study&gt;" in page and "<td>0.1235</td>" in page
+    nested = study / "cisi"  # the same study on another collection: reports/NAME/COLLECTION/
+    nested.mkdir()
+    (nested / "b.png").write_bytes(b"\x89PNG fake")
+    (nested / "result.json").write_text(json.dumps({"title": "Demo", "figures": {"b": "b.png"}}))
+    assert main(["report", "--reports", str(tmp_path / "reports")]) == 0
+    page = (tmp_path / "reports" / "index.html").read_text()
+    assert 'src="demo/a.png"' in page and 'src="demo/cisi/b.png"' in page
+    assert 'id="demo/cisi"' in page and "Demo (cisi)</h2>" in page
+    assert page.index('id="demo"') < page.index('id="demo/cisi"')  # SciFact's section first
     (study / "result.json").write_text("{not json")
     assert main(["report", "--reports", str(tmp_path / "reports")]) == 2
 
@@ -55,7 +64,7 @@ def test_index_size_study_end_to_end_and_report(tiny_encoder_session, scifact_mi
             "--set", "sizes_random=[0, 60]", "--set", "bm25_sizes_real=[0, 60]", "--set", "bm25_sizes_random=[60]",
             "--set", "de_widths=[16]", "--set", "de_train_documents=80", "--set", "chunk=40"]
     assert main(argv) == 0
-    path = tmp_path / "reports" / "index-size" / "result.json"
+    path = tmp_path / "reports" / "index-size" / "scifact-mini" / "result.json"  # not SciFact: its own folder
     result = json.loads(path.read_text())
     assert result["model_digest"] == tiny_encoder_session.digest()
     assert result["command"].startswith("uhdsearch study index-size")
@@ -74,4 +83,20 @@ def test_index_size_study_end_to_end_and_report(tiny_encoder_session, scifact_mi
     assert json.loads(path.read_text())["rows"] == result["rows"]
     assert main(["report", "--reports", str(tmp_path / "reports")]) == 0
     page = (tmp_path / "reports" / "index.html").read_text()
-    assert 'src="index-size/rr10.png"' in page and "uhd-binary" in page
+    assert 'src="index-size/scifact-mini/rr10.png"' in page and "uhd-binary" in page
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not GCIDE_DICT.is_file(), reason="dict-gcide not installed (scripts/setup.sh installs it)")
+def test_index_size_on_the_tiny_backbone(scifact_mini_dir: Path, tmp_path: Path) -> None:
+    argv = ["study", "index-size", "--reports", str(tmp_path / "reports"), "--cache", str(tmp_path / "cache"),
+            "--set", "backbone=splade-tiny", "--set", "backbone_uhd_dim=1024", "--set", f"data={scifact_mini_dir}",
+            "--set", "sizes_real=[0, 50]", "--set", "sizes_random=[]", "--set", "bm25_sizes_real=[0, 50]",
+            "--set", "bm25_sizes_random=[]", "--set", "de_widths=[]", "--set", "chunk=20"]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "reports" / "index-size" / "scifact-mini-splade-tiny" / "result.json").read_text())
+    assert {r["system"] for r in result["rows"]} == {"bm25", "dense", "uhd-binary", "uhd-weighted"}
+    assert "SPLADE-tiny" in result["encoders"] and result["uhd_config"]["dim"] == 1024
+    assert set(result["encoding_texts_per_second"]) == {"queries", "relevant documents", "real distractors"}
+    chunks = sorted((tmp_path / "cache").rglob("real-0/*.npz"))
+    assert [c.name for c in chunks] == ["000000000-000000020.npz", "000000020-000000040.npz", "000000040-000000050.npz"]

@@ -63,7 +63,8 @@ def test_uhd_analyses_tables_agree(tiny_model_and_index, two_buckets_and_the_sec
                "sampled_dims": 3, "bucket_models": {"a": [str(model), str(index)], "b": [str(model), str(index)],
                                                     **two_buckets_and_the_second_alone}}
     run_study("uhd-analyses", options, tmp_path / "reports", tmp_path / "cache", command="test")
-    result = json.loads((tmp_path / "reports" / "uhd-analyses" / "result.json").read_text())
+    out = tmp_path / "reports" / "uhd-analyses" / "scifact-mini"  # a collection other than SciFact: its own folder
+    result = json.loads((out / "result.json").read_text())
     t = result["tables"]
     query_k = {r["query_k"]: r for r in t["query_k (Table 4)"]}
     real = next(r for r in t["binarized vs real-valued (§4.5)"] if r["query"] == r["document"] == "real")
@@ -82,4 +83,4 @@ def test_uhd_analyses_tables_agree(tiny_model_and_index, two_buckets_and_the_sec
         assert rows["two"][measure] == pytest.approx(rows["alone"][measure])
     assert len(t["interpretability: tokens that most activate sampled dims (Table 7)"]) == 3
     for name in result["figures"].values():
-        assert (tmp_path / "reports" / "uhd-analyses" / name).stat().st_size > 1000
+        assert (out / name).stat().st_size > 1000

@@ -19,7 +19,7 @@ def study(
     cache: Path = typer.Option(Path(".cache/studies"), help="Per-step cache; a rerun resumes from it."),
 ) -> None:
     """Run one of the papers' studies: writes REPORTS/NAME/result.json and its PNG figures."""
-    from uhdsearch.studies.registry import load_studies, parse_options, run_study
+    from uhdsearch.studies.registry import load_studies, parse_options, result_subdir, run_study
 
     studies = load_studies()
     if list_:
@@ -35,7 +35,7 @@ def study(
     command = shlex.join(["uhdsearch", "study", name, *(a for pair in set_ for a in ("--set", pair))]
                          + (["--reports", str(reports)] if reports != Path("reports") else []))
     result = run_study(name, options, reports, cache, command=command)
-    typer.echo(f"wrote {reports / name / 'result.json'} and {len(result.get('figures', {}))} figures")
+    typer.echo(f"wrote {reports / result_subdir(name, options) / 'result.json'} and {len(result.get('figures', {}))} figures")
 
 
 def report(

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import os
 import json
 from pathlib import Path
 from typing import Any
@@ -15,19 +16,23 @@ _STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}img{max-
 
 
 def write_report(reports_dir: Path, out: Path | None = None) -> Path:
-    """Write `out` (default reports_dir/index.html) from every reports_dir/*/result.json; returns its path.
+    """Write `out` (default reports_dir/index.html) from every reports_dir/*/result.json and, for the studies run on
+    other collections, reports_dir/*/COLLECTION/result.json; returns its path.
 
     Raises:
         UsageError: no result.json under `reports_dir`.
         DataFormatError: a result.json that is not valid JSON (named).
     """
     reports_dir = Path(reports_dir)
-    results = sorted(reports_dir.glob("*/result.json"))
+    found = [*reports_dir.glob("*/result.json"), *reports_dir.glob("*/*/result.json")]
+    # each study's SciFact section first, then its other collections
+    results = sorted(found, key=lambda p: (p.relative_to(reports_dir).parts[0], len(p.parts), str(p)))
     if not results:
         raise UsageError(f"no */result.json under {reports_dir}: run `uhdsearch study NAME` first")
     out = Path(out) if out is not None else reports_dir / "index.html"
-    sections = [_section(path, out.parent) for path in results]
-    toc = "".join(f'<li><a href="#{html.escape(p.parent.name)}">{html.escape(p.parent.name)}</a></li>' for p in results)
+    names = [p.parent.relative_to(reports_dir).as_posix() for p in results]  # "index-size", "index-size/cisi"
+    sections = [_section(path, name, out.parent) for path, name in zip(results, names)]
+    toc = "".join(f'<li><a href="#{html.escape(n)}">{html.escape(n)}</a></li>' for n in names)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>uhdsearch studies</title>"
             f"<style>{_STYLE}</style></head><body><h1>uhdsearch studies</h1><ul>{toc}</ul>{''.join(sections)}"
             "</body></html>\n")
@@ -35,22 +40,20 @@ def write_report(reports_dir: Path, out: Path | None = None) -> Path:
     return out
 
 
-def _section(path: Path, page_dir: Path) -> str:
+def _section(path: Path, name: str, page_dir: Path) -> str:
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise DataFormatError(f"{path}: not valid JSON ({exc})") from exc
-    name = path.parent.name
-    parts = [f'<h2 id="{html.escape(name)}">{html.escape(result.get("title", name))}</h2>',
+    collection = name.partition("/")[2]  # "" for the default collection's (SciFact's) results
+    title = result.get("title", name) + (f" ({collection})" if collection else "")
+    parts = [f'<h2 id="{html.escape(name)}">{html.escape(title)}</h2>',
              f"<p>{html.escape(result.get('paper', ''))}</p>",
              f"<p><code>{html.escape(result.get('command', ''))}</code> &middot; "
              f"model digest {html.escape(str(result.get('model_digest', '-')))} &middot; "
              f"{result.get('seconds', '?')} s</p>"]
     for figure in result.get("figures", {}).values():
-        rel = Path(path.parent.name) / figure
-        if (path.parent / figure).is_file():
-            rel = (path.parent / figure).resolve().relative_to(page_dir.resolve()) \
-                if (path.parent / figure).resolve().is_relative_to(page_dir.resolve()) else (path.parent / figure)
+        rel = Path(os.path.relpath((path.parent / figure).resolve(), page_dir.resolve())).as_posix()
         parts.append(f'<p><img src="{html.escape(str(rel))}" alt="{html.escape(figure)}"></p>')
     for title, rows in result.get("tables", {}).items():
         parts.append(f"<h3>{html.escape(title)}</h3>{_table(rows)}")

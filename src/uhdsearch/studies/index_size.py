@@ -23,6 +23,10 @@ logger = logging.getLogger(__name__)
 DEFAULTS: dict[str, Any] = {
     "data": None,  # BEIR-layout directory; None: the bundled SciFact
     "model": "out/quickstart/model",  # the quickstart's trained model (read only)
+    # None: every neural system reads `model`'s backbone; "splade-tiny" (2 layers, hidden 128, ~10x cheaper): dense
+    # is its mean-pooled states and UHD the untrained centred head on it (the large index sizes)
+    "backbone": None,
+    "backbone_uhd_dim": 8192,  # the untrained head's width with `backbone` (the WTA projection is most of its cost)
     # Neural sizes: what encodes in about half an hour on a shared 2-core CPU (0: the relevant documents alone).
     "sizes_real": [0, 1000, 3000],
     "sizes_random": [0, 1000, 3000],
@@ -42,7 +46,12 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
 
     data_dir = Path(options["data"]) if options["data"] else bundled_dataset_dir("scifact")
     data = load_beir(data_dir, "test")
-    train = load_beir(data_dir, "train") if (data_dir / "qrels" / "train.tsv").is_file() else None
+    if (data_dir / "qrels" / "train.tsv").is_file():
+        train = load_beir(data_dir, "train")
+    else:  # no train split (CISI, Medline): DE heads learn from ICT pairs of the corpus alone, no labels
+        from uhdsearch.evaluation.datasets import BeirData
+
+        train = BeirData(data.name, "ict-only", data.corpus, [], {})
     queries = [q for q in data.queries if any(g > 0 for g in data.qrels.get(q.query_id, {}).values())]
     base_ids = sorted({d for q in queries for d, g in data.qrels[q.query_id].items() if g > 0 and d in data.corpus})
     base_texts = [data.corpus[d].full_text for d in base_ids]
@@ -53,8 +62,8 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
             if g > 0 and d in position:
                 relevant[qi, position[d]] = True
     seed, chunk = int(options["seed"]), int(options["chunk"])
-    n_real = max(options["sizes_real"] + options["bm25_sizes_real"])
-    n_random = max(options["sizes_random"] + options["bm25_sizes_random"])
+    n_real = max(options["sizes_real"] + options["bm25_sizes_real"], default=0)
+    n_random = max(options["sizes_random"] + options["bm25_sizes_random"], default=0)
     texts = {"real": dictionary_texts(n_real, seed),
              "random": (random_strings(n_random, seed), "a-z and space, 20-150 chars, uniform lengths")}
 
@@ -65,9 +74,15 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
     if options["sizes_real"] or options["sizes_random"]:
         from uhdsearch.studies.neural import NeuralSystems
 
-        neural = NeuralSystems.load(Path(options["model"]), train, options["de_widths"], cache_dir,
+        model_dir = Path(options["model"])
+        if options["backbone"]:
+            from uhdsearch.studies.untrained import untrained_dir
+
+            model_dir = untrained_dir(data_dir, cache_dir, options["backbone"], indexes=False,
+                                      dim=int(options["backbone_uhd_dim"])) / "model"
+        neural = NeuralSystems.load(model_dir, train, options["de_widths"], cache_dir,
                                     int(options["de_train_documents"]), seed)
-        provenance = model_provenance(neural.model, options["model"])
+        provenance = model_provenance(neural.model, model_dir)
         encodings = cache_dir / f"encodings-{neural.model.digest()[:16]}"  # UHD vectors belong to one model
         encoded_q = neural.encode_cached([q.text for q in queries], "query", encodings / "queries", chunk, "queries")
         encoded_b = neural.encode_cached(base_texts, "document", encodings / "base", 200, "relevant documents")
@@ -82,8 +97,12 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
             rows += _neural_rows(neural, q, b, relevant, parts, group, sorted(sizes))
         angles = {name: _relevant_cosines(q[name], b[name], relevant).tolist() for name in neural.dense_names}
         provenance["dense_widths"] = neural.widths
-        provenance["de_heads"] = (f"DE-k heads (mean pooling, Linear + LayerNorm) trained on {data_dir.name}/train "
-                                  f"qrels + ICT pairs of its judged documents and a seeded sample, "
+        # what this run encoded (chunks read from the cache do not count); measured on a shared, loaded CPU
+        provenance["encoding_texts_per_second"] = {k: round(n / max(t, 1e-9), 1) for k, (n, t) in
+                                                   neural.encoded.items()}
+        source = f"{data_dir.name}/train qrels + ICT pairs of its judged documents and a seeded sample" if \
+            train.qrels else f"ICT pairs of a seeded sample of {data_dir.name}'s corpus (no train split, no labels)"
+        provenance["de_heads"] = (f"DE-k heads (mean pooling, Linear + LayerNorm) trained on {source}, "
                                   f"{options['de_train_documents']} documents in all")
     _add_relative_errors(rows)
     theory = _theory(angles, provenance.get("dense_widths", {}), options)
@@ -93,8 +112,11 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
                  "relevant_documents": len(base_ids),
                  "real_distractors": texts["real"][1], "random_distractors": texts["random"][1], "seed": seed},
         **provenance,
-        "encoders": "BM25: bm25s (Lucene BM25, k1 0.9, b 0.4); every neural number: the shipped model's MiniLM "
-                    "backbone on this CPU (no SPLADE-tiny, no GPU)",
+        "encoders": "BM25: bm25s (Lucene BM25, k1 0.9, b 0.4); every neural number: "
+                    + ("SPLADE-tiny (2 layers, hidden 128): dense = its mean-pooled states, UHD = the untrained "
+                       "centred head on it" if options["backbone"] == "splade-tiny" else
+                       f"backbone {options['backbone']}, untrained centred UHD head" if options["backbone"] else
+                       "the model's own MiniLM backbone") + ", on this CPU (no GPU)",
         "rows": rows, "theory": theory, "figures": figures,
     }
 
@@ -132,24 +154,31 @@ def _bm25_rows(queries, base_ids, base_texts, relevant, texts, options, cache_di
 
 
 def _neural_rows(neural, q, b, relevant, parts, group: str, sizes: list[int]) -> list[dict[str, Any]]:
-    rows = []
+    """Ranks of the best relevant document per system and size, reading each chunk file once for every system."""
     systems = neural.dense_names + list(UHD)
+    best, in_base, beaten = {}, {}, {}
     for name in systems:
         base_scores = _scores(name, q, b)
-        best = np.where(relevant, base_scores, -np.inf).max(axis=1)
-        in_base = (base_scores > best[:, None]).sum(axis=1)
-        beaten = np.zeros((len(sizes), len(best)), np.int64)
-        start = 0
-        for part in parts:
+        best[name] = np.where(relevant, base_scores, -np.inf).max(axis=1)
+        in_base[name] = (base_scores > best[name][:, None]).sum(axis=1)
+        beaten[name] = np.zeros((len(sizes), len(best[name])), np.int64)
+    start = 0
+    for path in tqdm(parts, desc=f"score {group} distractors", unit="chunk"):
+        part = load_part(path)
+        for name in systems:
             scores = _scores(name, q, part)
-            n = scores.shape[1]
             for si, size in enumerate(sizes):
                 if size > start:
-                    beaten[si] += (scores[:, : min(n, size - start)] > best[:, None]).sum(axis=1)
-            start += n
-        for si, size in enumerate(sizes):
-            rows.append(_row(name, group, size, relevant.shape[1], 1 + in_base + beaten[si], beaten[si]))
-    return rows
+                    beaten[name][si] += (scores[:, : size - start] > best[name][:, None]).sum(axis=1)
+        start += len(part[neural.dense_names[0]])
+    return [_row(name, group, size, relevant.shape[1], 1 + in_base[name] + beaten[name][si], beaten[name][si])
+            for name in systems for si, size in enumerate(sizes)]
+
+
+def load_part(path: Path) -> dict[str, Any]:
+    from uhdsearch.studies.neural import load_part as load
+
+    return load(path)
 
 
 def _scores(name: str, q: dict[str, Any], d: dict[str, Any]) -> np.ndarray:

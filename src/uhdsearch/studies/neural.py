@@ -4,6 +4,7 @@ cache so a long encoding resumes where it stopped."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,27 +31,30 @@ class NeuralSystems:
         self.backbone = model.backbone
         self.last = self.backbone.n_layers
         self.widths = {DENSE: self.backbone.hidden_size, **{n: h.dim for n, h in heads.items()}}
+        self.encoded: dict[str, list[float]] = {}  # desc -> [texts encoded in this process, seconds]
 
     @property
     def dense_names(self) -> list[str]:
         return list(self.widths)
 
     @classmethod
-    def load(cls, model_dir: Path, train_data, de_widths: list[int | None], cache_dir: Path,
+    def load(cls, model_dir: Path | Any, train_data, de_widths: list[int | None], cache_dir: Path,
              max_train_documents: int, seed: int) -> NeuralSystems:
-        """Load the UHD model; train (or load from `cache_dir`) one DE head per width on `train_data`'s qrels plus
-        ICT pairs of its judged documents and a seeded sample of other documents, up to `max_train_documents`."""
+        """Load the UHD model (a directory, or a loaded UHDEncoder); train (or load from `cache_dir`) one DE head per
+        width on `train_data`'s qrels plus ICT pairs of its judged documents and a seeded sample of other
+        documents, up to `max_train_documents`."""
         from safetensors.torch import load_file, save_file
 
         from uhdsearch.baselines.dense_systems import build_de
         from uhdsearch.encoder.model import UHDEncoder
         from uhdsearch.encoder.states import compute_token_states
 
-        model = UHDEncoder.from_pretrained(model_dir).eval()
+        model = model_dir if isinstance(model_dir, UHDEncoder) else UHDEncoder.from_pretrained(model_dir).eval()
         heads, states = {}, None
+        bb = model.backbone  # heads belong to one backbone: its shape names the cache file
         for width in de_widths:
             name = f"de-{width or 'full'}"
-            path = cache_dir / f"{name}-{seed}-{max_train_documents}.safetensors"
+            path = cache_dir / f"{name}-{seed}-{max_train_documents}-l{bb.n_layers}h{bb.hidden_size}.safetensors"
             if path.is_file():
                 from uhdsearch.baselines.dual_encoder import DualEncoderHead
 
@@ -90,16 +94,21 @@ class NeuralSystems:
         return out
 
     def encode_cached(self, texts: list[str], kind: str, directory: Path, chunk: int = 1000,
-                      desc: str = "encode") -> list[dict[str, Any]]:
-        """`encode` in chunks of `chunk` texts, each saved under `directory` (a rerun loads the saved ones)."""
+                      desc: str = "encode") -> list[Path]:
+        """`encode` in chunks of `chunk` texts, each saved under `directory` (a rerun keeps the saved ones);
+        returns the chunk files, to read one at a time with `load_part` (a million texts do not fit in memory)."""
         directory.mkdir(parents=True, exist_ok=True)
-        parts = []
+        paths = []
         for start in tqdm(range(0, len(texts), chunk), desc=desc, unit="chunk"):
             path = directory / f"{start:09d}-{min(len(texts), start + chunk):09d}.npz"
             if not path.is_file():
+                began = time.perf_counter()
                 _save(path, self.encode(texts[start:start + chunk], kind))
-            parts.append(_load(path))
-        return parts
+                done = self.encoded.setdefault(desc, [0, 0.0])
+                done[0] += len(texts[start:start + chunk])
+                done[1] += time.perf_counter() - began
+            paths.append(path)
+        return paths
 
 
 def _training_documents(train_data, limit: int, seed: int):
@@ -122,15 +131,17 @@ def _save(path: Path, encoded: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _load(path: Path) -> dict[str, Any]:
+def load_part(path: Path) -> dict[str, Any]:
+    """One chunk file of `NeuralSystems.encode_cached`: dense arrays and the "uhd" CSR matrix."""
     with np.load(path, allow_pickle=False) as f:
         out = {k: f[k] for k in f.files if not k.startswith("uhd_")}
         out["uhd"] = sp.csr_matrix((f["uhd_data"], f["uhd_indices"], f["uhd_indptr"]), shape=tuple(f["uhd_shape"]))
     return out
 
 
-def stack(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Chunks joined into one set of vectors per system."""
+def stack(paths: list[Path]) -> dict[str, Any]:
+    """Chunk files joined into one set of vectors per system."""
+    parts = [load_part(p) for p in paths]
     out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k != "uhd"}
     out["uhd"] = sp.vstack([p["uhd"] for p in parts], format="csr")
     return out

@@ -21,7 +21,8 @@ from uhdsearch.io import atomic_write_text
 
 REPORTS_DIR = Path("reports")
 CACHE_DIR = Path(".cache") / "studies"
-MODULES = ("index_size", "fidelity", "uhd_analyses", "training")
+MODULES = ("index_size", "fidelity", "uhd_analyses", "uhd_sweeps", "training")
+DEFAULT_COLLECTION = "scifact"  # its results sit in reports/NAME/; any other collection's in reports/NAME/COLLECTION/
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,21 @@ def parse_options(study: Study, pairs: list[str]) -> dict[str, Any]:
 
 def run_study(name: str, options: dict[str, Any] | None = None, reports_dir: Path = REPORTS_DIR,
               cache_dir: Path = CACHE_DIR, command: str | None = None) -> dict[str, Any]:
-    """Run study `name`; write ``reports_dir/name/result.json`` (with provenance) and its PNGs; return the result."""
+    """Run study `name`; write ``reports_dir/name/result.json`` (with provenance) and its PNGs; return the result.
+
+    A study run on another collection than SciFact (option ``data``) writes to ``reports_dir/name/COLLECTION/``
+    and caches under ``cache_dir/name/COLLECTION/``; one on another backbone (option ``backbone``) under
+    ``COLLECTION-BACKBONE/``. ``model=untrained`` reads the collection's untrained
+    centred head and its indexes (studies/untrained.py), built once into ``cache_dir/untrained/``.
+    """
     studies = load_studies()
     if name not in studies:
         raise UsageError(f"unknown study {name!r}; known: {', '.join(studies)}")
     study = studies[name]
     options = {**study.defaults, **(options or {})}
-    out_dir, cache = Path(reports_dir) / name, Path(cache_dir) / name
+    options = _resolve_untrained(options, Path(cache_dir))
+    sub = result_subdir(name, options)
+    out_dir, cache = Path(reports_dir) / sub, Path(cache_dir) / sub
     out_dir.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -98,6 +107,50 @@ def run_study(name: str, options: dict[str, Any] | None = None, reports_dir: Pat
               "seconds": round(time.perf_counter() - start, 1), "machine": platform.platform(), **result}
     atomic_write_text(out_dir / "result.json", json.dumps(result, indent=1, default=_jsonable) + "\n")
     return result
+
+
+def result_subdir(name: str, options: dict[str, Any]) -> Path:
+    """Where a study's results go under reports/: NAME for SciFact, NAME/COLLECTION[-BACKBONE] otherwise. A study
+    without a ``data`` option (the training study runs several collections itself) always writes to NAME.
+
+    Example:
+        >>> [str(result_subdir("x", o)) for o in ({"data": None}, {"data": "d/cisi"},
+        ...                                       {"data": None, "backbone": "splade-tiny"}, {"backbone": "b"})]
+        ['x', 'x/cisi', 'x/scifact-splade-tiny', 'x']
+    """
+    if "data" not in options:
+        return Path(name)
+    backbone = options.get("backbone")
+    variant = collection_of(options) + (f"-{Path(backbone).name}" if backbone else "")
+    return Path(name) if variant == DEFAULT_COLLECTION else Path(name) / variant
+
+
+def collection_of(options: dict[str, Any]) -> str:
+    """The collection a study's options name: the last part of ``data`` (SciFact when unset).
+
+    Example:
+        >>> collection_of({"data": "/work/shared/data/cisi/"}), collection_of({"data": None}), collection_of({})
+        ('cisi', 'scifact', 'scifact')
+    """
+    data = options.get("data")
+    return Path(data).name if data else DEFAULT_COLLECTION
+
+
+def _resolve_untrained(options: dict[str, Any], cache_dir: Path) -> dict[str, Any]:
+    """``model=untrained``: the collection's untrained head and, for the options naming one, its indexes."""
+    from uhdsearch.studies.untrained import UNTRAINED, untrained_dir
+
+    if options.get("model") != UNTRAINED:
+        return options
+    from uhdsearch.evaluation.datasets import bundled_dataset_dir
+
+    data = Path(options["data"]) if options.get("data") else bundled_dataset_dir(DEFAULT_COLLECTION)
+    built = untrained_dir(data, cache_dir)
+    resolved = {**options, "model": str(built / "model")}
+    for key, index in (("index", "index-weighted"), ("uhd_index", "index-binary")):
+        if key in options:
+            resolved[key] = str(built / index)
+    return resolved
 
 
 def model_provenance(model, model_dir: str | Path) -> dict[str, Any]:

@@ -75,8 +75,7 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
                         "dims_never_active": int((df == 0).sum()), "dims_in_over_10pct_of_docs": int((df > 0.1).sum()),
                         "spearman_doc_dims_vs_tokens": _spearman(np.diff(docs.indptr), d_tokens),
                         "spearman_query_dims_vs_tokens": _spearman(np.diff(queries.indptr), q_tokens)},
-            "not_run_here": {"wta_k sweep and dim sweep (Fig. 4)": "need the corpus re-encoded per setting "
-                             "(about 1 h per setting on this shared 2-core CPU)",
+            "not_run_here": {"wta_k sweep and dim sweep (Fig. 4)": "a study of their own: uhdsearch study uhd-sweeps",
                              "bucket strategies (Tables 5-6)": "need multi-bucket models from the training "
                              "issue: pass --set 'bucket_models={\"label\": [model_dir, index_dir], ...}'"
                              if not options["bucket_models"] else "run"},
