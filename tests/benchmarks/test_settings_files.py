@@ -18,7 +18,7 @@ FORMER = {
     "isotropy": {"fit_docs": 2_000, "held_out": 1_000, "fit_tokens": 50_000, "flows": True},  # flows: not --no-flows
     # issue 21 added the synthetic index (the 100k real-text index takes ~2 h to encode) and the lookup table
     "end_to_end": {"n_docs": 100_000, "threads": 2, "query_k": "config", "n_queries": 200, "batch_size": 64,
-                   "runtime": "onnx", "model": "../main/out/quickstart/model", "index": "synthetic", "seed": 0,
+                   "runtime": "onnx", "model": "out/quickstart/model", "index": "synthetic", "seed": 0,
                    "work_dir": "out/end_to_end", "data_root": "../shared/data", "lookup_summary": "winners",
                    "lookup_keep": 40, "lookup_specials": False, "table_docs": 1000},
     "encoding_speed": {"n_docs": 256, "doc_length": 256, "repeats": 3, "dims": [32_768, 81_920],  # "32768,81920"
