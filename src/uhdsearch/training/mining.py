@@ -9,6 +9,7 @@ pair's negative from that ranking (Xiong et al. 2021, ANCE); the trainer calls i
 """
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Mapping, Sequence
 
@@ -18,9 +19,11 @@ import scipy.sparse as sp
 from uhdsearch.encoder.states import TokenStates
 from uhdsearch.topk import top_k
 from uhdsearch.training.data import TrainingPair
-from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query
+from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query, teacher_negatives
 from uhdsearch.training.teachers import CachedTeacher, TeacherRankings, rank_with_teacher
 from uhdsearch.types import Document
+
+logger = logging.getLogger(__name__)
 
 
 def teacher_mined_pairs(pairs: Sequence[TrainingPair], rankings: Mapping[str, Sequence[int]],
@@ -55,6 +58,25 @@ def rank_for_mining(teacher: CachedTeacher, queries: Sequence[str], documents: S
                                  show_progress=False)
     teacher.remember(rankings)
     return rankings
+
+
+def mine_with_teacher(
+    teacher: CachedTeacher, documents: Sequence[Document], pairs: list[TrainingPair], mined_positives: int,
+    negative_depth: int, negative_skip: int, first_stage: CachedTeacher | None = None, seed: int = 0,
+) -> tuple[list[TrainingPair], list[int | None] | None]:
+    """The pairs with the teacher's top `mined_positives` added as positives of each corpus query, and one
+    teacher-mined negative per pair from ranks max(negative_skip, mined_positives)..negative_depth, never a
+    positive (None for all when negative_depth is 0). `first_stage`: see rank_for_mining."""
+    depth = max(mined_positives, negative_depth)
+    rankings = rank_for_mining(teacher, [p.query for p in pairs], documents, depth, first_stage).as_dict()
+    if mined_positives:
+        before = len(pairs)
+        pairs = teacher_mined_pairs(pairs, rankings, mined_positives)
+        logger.info("teacher %s: %d mined positive pairs beside %d", teacher.name, len(pairs) - before, before)
+    if not negative_depth:
+        return pairs, None
+    return pairs, teacher_negatives(pairs, rankings, depth=negative_depth, skip=max(negative_skip, mined_positives),
+                                    seed=seed)
 
 
 class ModelMiner:

@@ -30,8 +30,8 @@ from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
-from uhdsearch.training.mining import ModelMiner, rank_for_mining, teacher_mined_pairs
-from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query, teacher_negatives
+from uhdsearch.training.mining import ModelMiner, mine_with_teacher
+from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query
 from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, SumOfMaxTeacher, rank_with_teacher
 from uhdsearch.training.trainer import TeacherScorer, TrainingArgs, TrainingResult, train
 from uhdsearch.types import Document, Qrels, Query
@@ -194,7 +194,11 @@ def train_on_collection(
         teacher = build_teacher(recipe.teacher, frozen, documents, states, dense)
     mined_negatives = None
     if mining:
-        pairs, mined_negatives = mine_with_teacher(teacher, frozen, documents, states, pairs, recipe, dense)
+        # sum-of-max ranks the dense backbone's candidates: scoring every passage per query would cost minutes
+        first = build_teacher("dense", frozen, documents, states, dense) if recipe.teacher != "dense" else None
+        pairs, mined_negatives = mine_with_teacher(teacher, documents, pairs, recipe.mined_positives,
+                                                   recipe.teacher_negative_depth, recipe.negative_skip, first,
+                                                   args.seed)
     if unlabelled:
         judge = teacher if recipe.dev_teacher in (None, recipe.teacher) else \
             build_teacher(recipe.dev_teacher, frozen, documents, states, dense)
@@ -221,29 +225,6 @@ def train_on_collection(
     if eval_fn is not None and recipe.query_lengths and cached:
         result.selection = choose_head_and_query_length(model, untrained, eval_fn, recipe.query_lengths)
     return result, len(pairs)
-
-
-def mine_with_teacher(
-    teacher: CachedTeacher, backbone: Backbone, documents: Sequence[Document], states: TokenStates,
-    pairs: list[TrainingPair], recipe: Recipe, dense: DenseRetriever | None = None,
-) -> tuple[list[TrainingPair], list[int | None] | None]:
-    """The pairs with the teacher's top `mined_positives` added as positives of each corpus query, and one
-    teacher-mined negative per pair (ranks `negative_skip`..`teacher_negative_depth`, never a positive) or None.
-
-    Sum-of-max ranks the dense backbone's candidates (scoring every passage per query would cost minutes).
-    """
-    depth = max(recipe.mined_positives, recipe.teacher_negative_depth)
-    first = build_teacher("dense", backbone, documents, states, dense) if recipe.teacher != "dense" else None
-    rankings = rank_for_mining(teacher, [p.query for p in pairs], documents, depth, first).as_dict()
-    if recipe.mined_positives:
-        before = len(pairs)
-        pairs = teacher_mined_pairs(pairs, rankings, recipe.mined_positives)
-        logger.info("teacher %s: %d mined positive pairs beside %d", teacher.name, len(pairs) - before, before)
-    if not recipe.teacher_negative_depth:
-        return pairs, None
-    skip = max(recipe.negative_skip, recipe.mined_positives)
-    return pairs, teacher_negatives(pairs, rankings, depth=recipe.teacher_negative_depth, skip=skip,
-                                    seed=recipe.training.seed)
 
 
 def cached_layers(model: UHDEncoder, train_backbone_layers: int) -> list[int] | None:
