@@ -153,7 +153,7 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
          "uhdsearch.training.binary", "uhdsearch.training.trainer", "uhdsearch.training")),
     (4, ("uhdsearch.baselines",)),
     (5, ("uhdsearch.training.recipe", "uhdsearch.training.presets", "uhdsearch.training.teachers",
-         "uhdsearch.training.buckets", "uhdsearch.quickstart")),
+         "uhdsearch.training.mining", "uhdsearch.training.buckets", "uhdsearch.quickstart")),
     (6, ("uhdsearch.experiments", "uhdsearch.studies", "uhdsearch.scale")),
     (6, ("uhdsearch.serving",)),
     (7, ("uhdsearch.cli",)),

@@ -30,6 +30,7 @@ from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
+from uhdsearch.training.mining import ModelMiner, mine_with_teacher
 from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query
 from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, SumOfMaxTeacher, rank_with_teacher
 from uhdsearch.training.trainer import TeacherScorer, TrainingArgs, TrainingResult, train
@@ -79,6 +80,16 @@ class Recipe:
     # Who judges that dev split; None: `teacher`. Fix it to compare recipes that distil from different teachers.
     dev_teacher: str | None = None
     judged_depth: int = 10
+    # Mining (training/mining.py). Corpus (ICT) queries: the teacher's top `mined_positives` are positives beside
+    # the source passage; `teacher_negative_depth` > 0: one negative per pair from the teacher's ranks
+    # `negative_skip`..depth, never a positive. ANCE: with `remine_every` (a TrainingArgs field) the negatives are
+    # re-mined from the model's own ranking of `remine_documents` sampled passages, ranks `negative_skip`..
+    # `remine_depth`. The skipped top ranks are likely unjudged positives.
+    mined_positives: int = 0
+    teacher_negative_depth: int = 0
+    negative_skip: int = 10
+    remine_documents: int = 1_000
+    remine_depth: int = 30
     # After training (frozen backbone, with a dev split): query token limits tried on dev, for the kept weights
     # and the untrained head alike; CISI's and Medline's paragraph-long queries lose much at A.1's 32 tokens.
     query_lengths: tuple[int, ...] = (32, 64, 128, 256)
@@ -98,8 +109,17 @@ class Recipe:
         object.__setattr__(self, "training", dataclasses.replace(training, **in_training))
         for name, default in own.items():
             object.__setattr__(self, name, settings.get(name, default))
-        if self.ict_per_document < 0 or self.hard_negative_depth < 0:
-            raise UsageError("ict_per_document and hard_negative_depth must be >= 0")
+        if min(self.ict_per_document, self.hard_negative_depth, self.mined_positives, self.teacher_negative_depth,
+               self.negative_skip) < 0:
+            raise UsageError("ict_per_document, hard_negative_depth, mined_positives, teacher_negative_depth and "
+                             "negative_skip must be >= 0")
+        if self.remine_documents < 1 or self.remine_depth <= self.negative_skip:
+            raise UsageError(f"remine_documents={self.remine_documents} must be >= 1 and remine_depth="
+                             f"{self.remine_depth} above negative_skip={self.negative_skip}")
+        if self.teacher_negative_depth and self.teacher_negative_depth <= max(self.negative_skip,
+                                                                               self.mined_positives):
+            raise UsageError(f"teacher_negative_depth={self.teacher_negative_depth} must exceed negative_skip and "
+                             "mined_positives (negatives come from below the positives)")
         if not 0.0 <= self.dev_share < 1.0:
             raise UsageError(f"dev_share={self.dev_share} must be in [0, 1)")
         for name in ("teacher", "dev_teacher"):
@@ -166,11 +186,19 @@ def train_on_collection(
         model.center_buckets(states)
     pairs, dev = training_pairs(documents, train_data, recipe)
     teacher = None
+    mining = recipe.mined_positives > 0 or recipe.teacher_negative_depth > 0
     unlabelled = dev is not None and not _has_qrels(train_data, recipe)
     # Teachers read a backbone that does not train (the model's own when it is frozen).
     frozen = model.backbone if args.train_backbone_layers == 0 else copy.deepcopy(model.backbone)
-    if args.distill_weight > 0 or args.loss in ("kl", "margin_mse") or unlabelled:
+    if args.distill_weight > 0 or args.loss in ("kl", "margin_mse") or unlabelled or mining:
         teacher = build_teacher(recipe.teacher, frozen, documents, states, dense)
+    mined_negatives = None
+    if mining:
+        # sum-of-max ranks the dense backbone's candidates: scoring every passage per query would cost minutes
+        first = build_teacher("dense", frozen, documents, states, dense) if recipe.teacher != "dense" else None
+        pairs, mined_negatives = mine_with_teacher(teacher, documents, pairs, recipe.mined_positives,
+                                                   recipe.teacher_negative_depth, recipe.negative_skip, first,
+                                                   args.seed)
     if unlabelled:
         judge = teacher if recipe.dev_teacher in (None, recipe.teacher) else \
             build_teacher(recipe.dev_teacher, frozen, documents, states, dense)
@@ -179,11 +207,21 @@ def train_on_collection(
     eval_fn = dev_evaluator(states.select(cached) if cached else None, documents, dev) \
         if dev and args.eval_every else None
     negatives = bm25_negatives(documents, pairs, recipe.hard_negative_depth) if recipe.hard_negative_depth > 0 \
-        else None
+        else mined_negatives
+    remine = None
+    if args.remine_every:
+        if cached != list(model.layers):
+            raise UsageError("remine_every (ANCE) needs a frozen backbone (train_backbone_layers=0)")
+        queries = sorted({p.query for p in pairs})
+        if query_states is None:
+            query_states = compute_token_states(model.backbone, queries, cached, model.config.query_max_length,
+                                                show_progress=show_progress, desc="backbone queries")
+        remine = ModelMiner(pairs, queries, query_states.select(cached), states.select(cached),
+                            recipe.remine_documents, recipe.remine_depth, recipe.negative_skip, seed=args.seed)
     untrained = trainable_state(model, args.train_backbone_layers)
     result = train(model, documents, pairs, args, document_states=states if cached else None,
                    query_states=query_states if cached else None, hard_negatives=negatives, teacher=teacher,
-                   eval_fn=eval_fn, show_progress=show_progress)
+                   eval_fn=eval_fn, show_progress=show_progress, remine=remine)
     if eval_fn is not None and recipe.query_lengths and cached:
         result.selection = choose_head_and_query_length(model, untrained, eval_fn, recipe.query_lengths)
     return result, len(pairs)

@@ -73,6 +73,7 @@ class TrainingArgs:
     max_steps: int | None = None
     max_minutes: float | None = None  # stop early when a time budget runs out
     eval_every: int | None = None  # steps between eval hook calls; the best state is kept
+    remine_every: int | None = None  # with a `remine` hook: new hard negatives at step 0 and every N steps (ANCE)
     checkpoint_dir: str | None = None
     checkpoint_every: int | None = None
     seed: int = 0
@@ -104,6 +105,8 @@ class TrainingArgs:
             (self.density_weight > 0 and self.density == "df")
         if needs_tau and self.tau is None:
             raise UsageError("the relaxed estimator and the df density penalty need a tau (e.g. tau=0.1)")
+        if self.remine_every is not None and self.remine_every < 1:
+            raise UsageError(f"remine_every={self.remine_every} must be >= 1 (steps) or None")
         if self.tau_end is not None and self.tau is None:
             raise UsageError("tau_end needs a starting tau")
 
@@ -117,6 +120,7 @@ class TrainingResult:
     best_step: int | None = None
     best_score: float | None = None
     selection: dict = field(default_factory=dict)  # what was chosen on dev after the loop (training/recipe.py)
+    remined_at: list[int] = field(default_factory=list)  # steps at which the `remine` hook gave new negatives
 
 
 def train(
@@ -130,6 +134,7 @@ def train(
     teacher: TeacherScorer | None = None,
     eval_fn: Callable[[object], float] | None = None,
     show_progress: bool = True,
+    remine: Callable[[object], Sequence[int | None]] | None = None,
 ) -> TrainingResult:
     """Train `model` (a UHDEncoder) in place on (query, positive) pairs with in-batch negatives.
 
@@ -142,6 +147,8 @@ def train(
         teacher: any teachers.TeacherScorer (wrap in CachedTeacher to score each pair once); the target of
             loss="kl" and "margin_mse", and of the `distill_weight` x KL term added to any loss.
         eval_fn: called every `eval_every` steps with the model; higher is better; the best weights are kept.
+        remine: called with the model at step 0 and every `args.remine_every` steps; returns one negative row (or
+            None) per pair that replaces `hard_negatives` (ANCE; e.g. training/mining.ModelMiner).
     Raises:
         ValueError: no pairs, hard_negatives of the wrong length, or a loss without what it needs.
     """
@@ -153,7 +160,9 @@ def train(
         raise UsageError("distill_weight > 0 needs a teacher")
     if args.loss in ("kl", "margin_mse") and teacher is None:
         raise UsageError(f"loss={args.loss!r} needs a teacher")
-    if args.loss == "margin_mse" and hard_negatives is None:
+    if remine is not None and not args.remine_every:
+        raise UsageError("a remine hook needs args.remine_every (steps between re-minings)")
+    if args.loss == "margin_mse" and hard_negatives is None and remine is None:
         raise UsageError("loss='margin_mse' needs hard_negatives (one per pair)")
     torch.manual_seed(args.seed)
     n_top = args.train_backbone_layers
@@ -196,6 +205,8 @@ def train(
     model.train()
     if args.eval_every and eval_fn:
         best_state = _evaluate(model, eval_fn, result, best_state)  # step 0: training must beat the start
+    if remine is not None:
+        negative_of = _remine(model, remine, pairs, result)
     bar = tqdm(total=total_steps, desc="train", unit="step", disable=not show_progress)
     micro = 0
     done = False
@@ -247,6 +258,8 @@ def train(
             bar.set_postfix(loss=f"{np.mean(result.losses[-20:]):.4f}")
             if args.eval_every and eval_fn and result.steps % args.eval_every == 0:
                 best_state = _evaluate(model, eval_fn, result, best_state)
+            if remine is not None and result.steps % args.remine_every == 0 and result.steps < total_steps:
+                negative_of = _remine(model, remine, pairs, result)
             if args.checkpoint_dir and args.checkpoint_every and result.steps % args.checkpoint_every == 0:
                 model.save_pretrained(Path(args.checkpoint_dir) / f"step-{result.steps}", overwrite=True)
             minutes = (time.perf_counter() - start) / 60
@@ -284,6 +297,16 @@ def _main_loss(args: TrainingArgs, scores: torch.Tensor, ignore: torch.Tensor, b
         return scores.sum() * 0.0
     i, j = (torch.tensor(t) for t in zip(*triples))
     return margin_mse(scores[i, i], scores[i, j], args.teacher_scale * target[i, i], args.teacher_scale * target[i, j])
+
+
+def _remine(model, remine, pairs: Sequence[TrainingPair], result: TrainingResult) -> dict[int, int | None]:
+    model.eval()
+    negatives = list(remine(model))
+    model.train()
+    if len(negatives) != len(pairs):
+        raise UsageError(f"the remine hook gave {len(negatives)} negatives for {len(pairs)} pairs")
+    result.remined_at.append(result.steps)
+    return {id(p): n for p, n in zip(pairs, negatives)}
 
 
 def _evaluate(model, eval_fn, result: TrainingResult, best_state):
