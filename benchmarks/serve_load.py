@@ -99,22 +99,25 @@ def free_port() -> int:
 
 
 def start_server(index_dir: Path, model: Path, data: Path | None, port: int, typical_sample: int,
-                 serve_options: list[str]) -> subprocess.Popen:
+                 serve_options: list[str], log_file: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = [sys.executable, "-m", "uhdsearch.cli.main", "--quiet", "serve", str(index_dir), "--model", str(model),
                "--port", str(port), "--typical-sample", str(typical_sample), *serve_options]
     if data is not None:
         command += ["--data", str(data)]
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # A file, not a pipe: an unread pipe fills with the access log and then blocks the server.
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "w", encoding="utf-8") as log_out:
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log_out, text=True)
 
 
-def wait_ready(base: str, process: subprocess.Popen, timeout: float = 900) -> None:
+def wait_ready(base: str, process: subprocess.Popen, log_file: Path, timeout: float = 900) -> None:
     import requests
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise SystemExit(f"the server exited: {process.stderr.read()}")
+            raise SystemExit(f"the server exited; its log: {log_file}")
         try:
             health = requests.get(f"{base}/health", timeout=5).json()
             if requests.get(f"{base}/ready", timeout=5).status_code == 200 and (
@@ -147,9 +150,11 @@ def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[s
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
-    process = start_server(index_dir, ROOT / args.model, data, port, args.typical_sample, args.serve_options)
+    log_file = ROOT / args.work_dir / f"server-{'writer' if writer else 'static'}.log"
+    process = start_server(index_dir, ROOT / args.model, data, port, args.typical_sample, args.serve_options,
+                           log_file)
     try:
-        wait_ready(base, process)
+        wait_ready(base, process, log_file)
         log(f"{name}: server ready after {time.perf_counter() - started:.0f} s")
         pairs = []
         for q in queries[:50]:  # /explain asks about a top-3 document of the query
@@ -178,8 +183,14 @@ def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[s
         health = requests.get(f"{base}/health").json()
         return summarize(name, env, rss_start, rss_end, health, writer)
     finally:
-        process.terminate()
-        process.wait(60)
+        stopping = time.perf_counter()
+        process.terminate()  # SIGTERM: the server finishes in-flight requests, then exits
+        try:
+            process.wait(120)
+            log(f"{name}: server stopped {time.perf_counter() - stopping:.1f} s after SIGTERM")
+        except subprocess.TimeoutExpired:
+            process.kill()
+            log(f"{name}: server still running 120 s after SIGTERM: killed (see {log_file})")
 
 
 def summarize(name: str, env, rss_start: int, rss_end: int, health: dict, writer: bool) -> dict:
