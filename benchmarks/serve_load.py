@@ -173,15 +173,22 @@ def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[s
         Writer.fixed_count = 1 if writer else 0
         user_classes = [Searcher, Writer] if writer else [Searcher]
         server = psutil.Process(process.pid)
-        rss_start = server.memory_info().rss
+        rss_ready = server.memory_info().rss
         env = Environment(user_classes=user_classes, host=base)
         runner = env.create_local_runner()
         runner.start(args.users + (1 if writer else 0), spawn_rate=args.users)
+        # Memory growth is read from the end of a warm-up under the same load (first use of every code path, the
+        # first commit's reopen), so it measures what the run keeps adding, not one-off start-up allocations.
+        # Requests (and failures: every consistency check) count over warm-up and run together.
+        gevent.sleep(args.warm_up)
+        rss_start = server.memory_info().rss
         gevent.sleep(args.duration)
         runner.quit()
         rss_end = server.memory_info().rss
         health = requests.get(f"{base}/health").json()
-        return summarize(name, env, rss_start, rss_end, health, writer)
+        result = summarize(name, env, rss_start, rss_end, health, writer)
+        result["rss_ready_mb"] = round(rss_ready / 2**20, 1)
+        return result
     finally:
         stopping = time.perf_counter()
         process.terminate()  # SIGTERM: the server finishes in-flight requests, then exits
@@ -230,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int)
     parser.add_argument("--duration", type=float)
+    parser.add_argument("--warm-up", dest="warm_up", type=float, help="seconds of load before the measured part")
     parser.add_argument("--think-time", dest="think_time", type=comma_list(float))
     parser.add_argument("--explain-share", dest="explain_share", type=float)
     parser.add_argument("--k", type=int)
