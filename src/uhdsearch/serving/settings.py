@@ -19,8 +19,7 @@ class ServeSettings:
             refused elsewhere.
         loopback: the server listens on a loopback address only.
         workers: requests that encode or search at the same time; the rest wait their turn (inside their
-            timeout). More threads than cores only thrash: 40 concurrent encodes on 2 cores ran 10x slower per
-            request and grew the resident memory by a malloc arena per thread.
+            timeout). More compute threads than cores only fight for them (and each may hold a malloc arena).
     """
 
     max_query_chars: int = 2_000
