@@ -1,10 +1,11 @@
 """Load test of `uhdsearch serve`: 50 concurrent clients for 60 s, mixed /search and /explain (locust, headless).
 
-Run 1 serves the 100k-document index of synthetic_binary.py; run 2 the same 100k documents as a segmented index while
-one writer adds SciFact documents (encoded by the server), deletes and commits. Every search in run 2 checks that it sees a committed state: each writer batch is 4 copies of
+Run 1 serves the 100k-document index of synthetic_binary.py (texts lent from SciFact's documents, see texts_for);
+run 2 the same 100k documents as a segmented index while one writer adds SciFact documents (encoded by the server),
+deletes and commits. Every search in run 2 checks that it sees a committed state: each writer batch is 4 copies of
 one text, so a query with that text finds all 4 or none (never a half-added or half-deleted batch); a violation
 counts as a failed request. The server runs as `uhdsearch serve` in its own process; its resident memory is read
-at the start and the end of the load.
+when it is ready, after the warm-up and at the end of the load.
 
     .venv/bin/python benchmarks/serve_load.py                  # both runs, settings from configs/serve_load.toml
     .venv/bin/python benchmarks/serve_load.py --duration 5 --users 5 --out /tmp/smoke.json
@@ -144,6 +145,28 @@ def build_live_index(source: Path, directory: Path) -> Path:
     return directory
 
 
+def texts_for(index_dir: Path, path: Path) -> Path:
+    """A corpus.jsonl giving the index's synthetic ids the texts of SciFact's documents in turn (written once).
+
+    The postings are synthetic, so the texts do not match them; they are there so that hits carry titles and
+    snippets and /explain does its document-side work (encoding the document's tokens), as on a real index.
+    """
+    from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_corpus
+    from uhdsearch.index.inverted import InvertedIndex
+
+    if path.is_file():
+        return path
+    documents = list(load_corpus(bundled_dataset_dir("scifact") / "corpus.jsonl").values())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    with open(partial, "w", encoding="utf-8") as f:
+        for i, doc_id in enumerate(InvertedIndex.load(index_dir).doc_ids):
+            d = documents[i % len(documents)]
+            f.write(json.dumps({"_id": doc_id, "title": d.title, "text": d.text}) + "\n")
+    partial.replace(path)
+    return path
+
+
 def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[str], writer: bool) -> dict:
     import requests
 
@@ -265,11 +288,13 @@ def main(argv: list[str] | None = None) -> None:
     runs = []
     wanted = args.runs.split(",")
     if "static" in wanted:
-        runs.append(one_run("100k static, search+explain", ROOT / args.static_index, None, args, queries, False))
+        texts = texts_for(ROOT / args.static_index, ROOT / args.work_dir / "texts-static.jsonl")
+        runs.append(one_run("100k static, search+explain", ROOT / args.static_index, texts, args, queries, False))
     if "writer" in wanted:
         live = build_live_index(ROOT / args.live_source, ROOT / args.work_dir / "live")
         n = len(InvertedIndex.load(ROOT / args.live_source).doc_ids)
-        runs.append(one_run(f"{n // 1000}k segmented, + writer", live, None, args, queries, True))
+        texts = texts_for(ROOT / args.live_source, ROOT / args.work_dir / "texts-live.jsonl")
+        runs.append(one_run(f"{n // 1000}k segmented, + writer", live, texts, args, queries, True))
     print(table(runs))
     result = {"runs": runs, "cpu_count": os.cpu_count(), "load_average_before": load_before,
               "load_average_after": os.getloadavg(),
