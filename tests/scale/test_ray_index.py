@@ -117,11 +117,13 @@ def test_gpus_the_cluster_lacks_are_refused_naming_the_option(ray_cluster, tiny_
     from uhdsearch.cli.main import main
     from uhdsearch.errors import UsageError
 
-    if ray_cluster.cluster_resources().get("GPU", 0) > 0:
-        pytest.skip("this cluster has GPUs")
-    words = r"gpus_per_worker=1 \(--gpus-per-worker\) x 2 workers needs 2 GPUs; the cluster has 0"
+    have = ray_cluster.cluster_resources().get("GPU", 0)
+    per_worker = int(have) + 1  # more than the cluster has, whatever it has
+    words = (rf"gpus_per_worker={per_worker} \(--gpus-per-worker\) x 2 workers needs {2 * per_worker} GPUs; "
+             rf"the cluster has {have:g}")
     with pytest.raises(UsageError, match=words):
-        build_on_ray(tiny_model_dir, mini_data.corpus, tmp_path / "ray", gpus_per_worker=1, show_progress=False)
+        build_on_ray(tiny_model_dir, mini_data.corpus, tmp_path / "ray", gpus_per_worker=per_worker,
+                     show_progress=False)
     assert not (tmp_path / "ray").exists()
     args = ["index", "--model", str(tiny_model_dir), "--data", str(scifact_mini_dir), "--out", str(tmp_path / "cli")]
     assert main([*args, "--ray", "local", "--gpus-per-worker", "0.5"]) == 2
