@@ -93,7 +93,8 @@ def run_variant(name, recipe, trained, backbone, states, data, train_data, query
     for query_k, selection in [(k, "value") for k in query_ks] + [(400, "value-idf")]:
         for scoring in ("binary", "weighted"):
             # None ("all") keeps every active query dim: query_k=dim, since Searcher's None means the model's own
-            searcher = Searcher(model, index, scoring, query_k=query_k or model.config.dim, query_selection=selection)
+            searcher = Searcher(model, index, scoring, query_k=query_k or model.config.dim, query_selection=selection,
+                                max_df=None)
             scores = evaluate(searcher.search(data.queries, k=1000), data.qrels, measures)
             rows.append({"variant": name, "scoring": scoring, "query_k": query_k, "selection": selection, **scores,
                          "train_seconds": round(seconds), "active_per_doc": float(encoded.active_per_row().sum(1).mean()),

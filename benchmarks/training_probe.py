@@ -61,12 +61,14 @@ def dev_evaluator(states, documents, queries, qrels, n_documents: int = 1_000, s
 
     def score(model, both: bool = False):
         encoded = model.encode_states(states, show_progress=False, rows=rows)
-        binary = evaluate(Searcher(model, BinaryIndex.from_encoding(encoded, doc_ids, None), "binary")
-                          .search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
+        def ndcg(index, variant: str) -> float:  # the model's own score: no stop dimensions
+            run = Searcher(model, index, variant, max_df=None).search(queries, k=100)
+            return evaluate(run, qrels, ["nDCG@10"])["nDCG@10"]
+
+        binary = ndcg(BinaryIndex.from_encoding(encoded, doc_ids, None), "binary")
         if not both:
             return binary
-        weighted = evaluate(Searcher(model, WeightedIndex.from_encoding(encoded, doc_ids, None), "weighted")
-                            .search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
+        weighted = ndcg(WeightedIndex.from_encoding(encoded, doc_ids, None), "weighted")
         active = encoded.active_per_row().sum(axis=1)
         return binary, weighted, float(active.mean())
 
@@ -80,7 +82,7 @@ def test_scores(model, doc_states, documents, test_data) -> dict[str, float]:
     scores = {}
     for variant, klass in (("binary", BinaryIndex), ("weighted", WeightedIndex)):
         index = klass.from_encoding(encoded, doc_ids, None)
-        run = Searcher(model, index, variant).search(test_data.queries, k=100)
+        run = Searcher(model, index, variant, max_df=None).search(test_data.queries, k=100)
         scores[f"test_{variant}"] = evaluate(run, test_data.qrels, ["nDCG@10"])["nDCG@10"]
     return scores
 

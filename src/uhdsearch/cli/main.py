@@ -208,8 +208,9 @@ def search(
     rerank: Optional[Path] = typer.Option(None, "--rerank", help="TREC run whose candidates to re-rank."),
     onnx: bool = typer.Option(False, "--onnx", help="Run the backbone through ONNX Runtime: ~2x faster query "
                               "encoding on a CPU, after a ~3 s export at start."),
-    max_df: Optional[float] = typer.Option(None, "--max-df", help="Drop query dims active in more than this "
-                                           "fraction of the documents (stop dimensions), e.g. 0.1."),
+    max_df: str = typer.Option("auto", "--max-df", help="Drop query dims active in more than this fraction of "
+                               "the documents (stop dimensions), e.g. 0.1; 'none' keeps all; 'auto': 0.3 on "
+                               "indexes of 1,000 documents or more."),
     idf: bool = typer.Option(False, "--idf", help="Weight query dims by IDF (binary: 4-bit levels, exact)."),
     duplicate_queries: str = typer.Option("error", "--duplicate-queries", help="A query id on two lines of "
                                           "--queries: error (default), keep-first or keep-last (one warning "
@@ -241,15 +242,14 @@ def search(
     encoder = UHDEncoder.from_pretrained(model, **overrides)
     if onnx:
         encoder.use_onnx_runtime()
-    if max_df is not None and not 0 < max_df <= 1:
-        raise UsageError(f"--max-df {max_df} must be a fraction of the documents in (0, 1]")
+    threshold = parse_max_df(max_df)
     from uhdsearch.index.live.commit import list_generations
     from uhdsearch.index.live.segments import SegmentedIndex
 
     # A directory with commit files is a segmented index (uhdsearch index --ray, live updates); else a static one.
     segmented = index_dir.is_dir() and bool(list_generations(index_dir))
     index = SegmentedIndex.open(index_dir) if segmented else InvertedIndex.load(index_dir)
-    searcher = Searcher(encoder, index, scoring=scoring, max_df=max_df, idf=idf)
+    searcher = Searcher(encoder, index, scoring=scoring, max_df=threshold, idf=idf)
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
     sys.stdout.write(format_run(run))
 
@@ -319,6 +319,24 @@ app.command()(report)
 from uhdsearch.cli.scale import export_app  # noqa: E402 - typer only; its commands import ray/pymilvus lazily
 
 app.add_typer(export_app, name="export")
+
+
+def parse_max_df(text: str) -> float | str | None:
+    """--max-df: "auto", "none", or a fraction in (0, 1].
+
+    Example:
+        >>> parse_max_df("auto"), parse_max_df("none"), parse_max_df("0.2")
+        ('auto', None, 0.2)
+    """
+    if text.strip().lower() in ("auto", "none"):
+        return None if text.strip().lower() == "none" else "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"--max-df {text!r}: give a fraction in (0, 1], 'none' or 'auto'") from None
+    if not 0 < value <= 1:
+        raise UsageError(f"--max-df {text} must be a fraction of the documents in (0, 1]")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

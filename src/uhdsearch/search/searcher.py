@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.base import Scoring, SearchableIndex, hits_per_query
-from uhdsearch.search.stopdims import QueryWeighting
+from uhdsearch.search.stopdims import AUTO, QueryWeighting, resolve_max_df
 from uhdsearch.topk import tie_order
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Query, Run, ScoredDoc, as_queries, check_k, start_run
@@ -27,7 +27,10 @@ class Searcher:
     Args:
         query_k: top dimensions kept per query bucket (Table 4); None: the encoder config's query_k.
         max_df: drop query dims active in more than this fraction of the index's documents (stop dimensions),
-            before query_k; None keeps them.
+            before query_k; None keeps them; "auto" (the default): 0.3 on indexes of 1,000 documents or more,
+            none below (search/stopdims.py says how both were chosen), and none with a bucket predictor.
+        document_frequencies: the index's per-bucket document frequencies, when the caller already read them (a
+            service reuses them for every request on one index snapshot).
         idf: weight the query dims by IDF: binary scoring sums 4-bit IDF levels of the shared dims (exact, 1.0-1.3x
             the time of binary at 1M documents), weighted scoring multiplies the query values by the IDF.
         bucket_predictor: a BucketWeightPredictor (search/bucket_predictor.py, e.g. `.load(model_dir)`): search()
@@ -55,9 +58,10 @@ class Searcher:
         bucket_weights: Sequence[float] | None = None,
         name: str | None = None,
         query_selection: Literal["value", "value-idf"] = "value",
-        max_df: float | None = None,
+        max_df: float | str | None = AUTO,
         idf: bool = False,
         bucket_predictor=None,
+        document_frequencies: list[np.ndarray] | None = None,
     ) -> None:
         config = encoder.config
         # Checked here, once, with the encoder named: the index's own checks only see encoded queries.
@@ -90,7 +94,16 @@ class Searcher:
             n = index.n_documents
             self._idf = [np.log((n + 1) / (index.document_frequencies(b) + 1)) for b in range(index.n_buckets)]
         # document frequencies read once here (a segmented index sums them over its live documents)
-        self.weighting = QueryWeighting.of_index(index, max_df, idf) if (max_df is not None or idf) else None
+        explicit = max_df if max_df != AUTO else None  # only an explicit threshold renames the run
+        max_df = resolve_max_df(None if (max_df == AUTO and bucket_predictor is not None) else max_df,
+                                index.n_documents)
+        self.max_df = max_df
+        if max_df is None and not idf:
+            self.weighting = None
+        elif document_frequencies is not None:
+            self.weighting = QueryWeighting(document_frequencies, int(index.n_documents), max_df, idf)
+        else:
+            self.weighting = QueryWeighting.of_index(index, max_df, idf)
         self._kernel_scoring: Scoring = "quantized" if (idf and self.scoring == "binary") else self.scoring
         weights = tuple(float(w) for w in bucket_weights) if bucket_weights is not None else config.weights
         if not all(np.isfinite(weights)):
@@ -108,7 +121,7 @@ class Searcher:
                 raise UsageError(f"the bucket predictor was fitted for {bucket_predictor.scoring} scoring; this "
                                  f"searcher scores {self._kernel_scoring}")
         self.bucket_predictor = bucket_predictor
-        self.name = name or f"uhd-{self.scoring}" + ("-idf" if idf else "") + (f"-df{max_df:g}" if max_df else "")
+        self.name = name or f"uhd-{self.scoring}" + ("-idf" if idf else "") + (f"-df{explicit:g}" if explicit else "")
         self._documents: SparseEncoding | None = None  # the index's vectors, loaded by the first rerank
 
     def encode(self, queries: Sequence[Query]) -> SparseEncoding:

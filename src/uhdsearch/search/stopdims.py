@@ -5,6 +5,11 @@ least. `QueryWeighting` drops the query dims active in more than `max_df` of the
 each kept dim an IDF weight: quantized to integer levels 1..15 for binary scoring (the kernels' "quantized" mode:
 exact, the weights' bit-planes added into one bit-sliced counter that reads a binary query's bytes once; see
 index/kernels/levels.py), or multiplied into the query values for weighted scoring.
+
+The default (`max_df="auto"`) is 0.3, chosen on SciFact's train queries (benchmarks/stop_dims.py), on indexes of
+at least 1,000 documents: a threshold that is a share of the documents is degenerate on tiny indexes (on 3
+documents every dim is active in at least a third of them), and on SciFact train sub-corpora 0.3 never lost from
+1,000 documents on (benchmarks/stop_dims_floor.py).
 """
 from __future__ import annotations
 
@@ -16,6 +21,25 @@ import scipy.sparse as sp
 from uhdsearch.errors import UsageError
 from uhdsearch.index.kernels.levels import MAX_LEVEL
 from uhdsearch.sparse import SparseEncoding
+
+
+AUTO = "auto"
+DEFAULT_MAX_DF = 0.3
+MIN_DOCUMENTS = 1000  # below this the default drops nothing
+
+
+def resolve_max_df(max_df: float | str | None, n_documents: int) -> float | None:
+    """The threshold a search uses: "auto" -> DEFAULT_MAX_DF on indexes of MIN_DOCUMENTS or more, else None.
+
+    Example:
+        >>> resolve_max_df("auto", 5183), resolve_max_df("auto", 999), resolve_max_df(None, 5183), resolve_max_df(0.2, 3)
+        (0.3, None, None, 0.2)
+    """
+    if isinstance(max_df, str):
+        if max_df != AUTO:
+            raise UsageError(f"max_df={max_df!r}; give a fraction in (0, 1], None, or {AUTO!r}")
+        return DEFAULT_MAX_DF if n_documents >= MIN_DOCUMENTS else None
+    return max_df
 
 
 def idf(document_frequencies: np.ndarray, n_documents: int) -> np.ndarray:

@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
+
 from uhdsearch.errors import DataFormatError, IndexLockedError, UsageError
 from uhdsearch.index.base import SearchableIndex
 from uhdsearch.search.searcher import Searcher
+from uhdsearch.search.stopdims import AUTO, resolve_max_df
 from uhdsearch.serving.documents import ADDED_FILE, DocumentStore
 from uhdsearch.serving.explain import TypicalTokens, dim_contributions, token_winners
 from uhdsearch.types import Document, Query, Run
@@ -43,6 +46,11 @@ class Snapshot:
     def number(self) -> dict[str, int]:
         """Live doc_id -> doc number."""
         return {d: n for n, d in enumerate(self.index.doc_ids) if d is not None}
+
+    @cached_property
+    def document_frequencies(self) -> list[np.ndarray]:
+        """Per bucket, live documents per dimension, read once per snapshot (the searches' stop dimensions)."""
+        return [np.asarray(self.index.document_frequencies(b), np.int64) for b in range(self.index.n_buckets)]
 
 
 @dataclass
@@ -126,7 +134,9 @@ class SearchService:
     # ------------------------------------------------------------------ reading
     def searcher(self, snapshot: Snapshot, options: SearchOptions) -> Searcher:
         searcher = Searcher(_TimedEncoder(self.encoder, self.on_encode), snapshot.index, scoring=options.scoring,
-                            query_k=options.query_k or None, bucket_weights=options.bucket_weights)
+                            query_k=options.query_k or None, bucket_weights=options.bucket_weights,
+                            document_frequencies=snapshot.document_frequencies
+                            if resolve_max_df(AUTO, snapshot.index.n_documents) is not None else None)
         if options.query_k == 0:
             searcher.query_k = None  # keep every active dimension, as the CLI's --query-k 0
         return searcher

@@ -351,7 +351,8 @@ def dev_evaluator(
         else:
             encoded = model.encode_document([documents[i].full_text for i in rows], show_progress=False)
         index = BinaryIndex.from_encoding(encoded, doc_ids, None)
-        return evaluate(Searcher(model, index, "binary").search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
+        searcher = Searcher(model, index, "binary", max_df=None)  # the model's own score: no stop dimensions
+        return evaluate(searcher.search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
 
     return score
 

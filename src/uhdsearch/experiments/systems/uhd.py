@@ -79,7 +79,7 @@ def _uhd(ctx: SystemContext, variant: str) -> Retriever:
     model, encoded = uhd_model(ctx)
     klass = BinaryIndex if variant == "binary" else WeightedIndex
     index = klass.from_encoding(encoded, [d.doc_id for d in ctx.documents], None, model.digest())
-    return Searcher(model, index, variant)
+    return Searcher(model, index, variant, max_df=None)  # named systems score every dim (figures in README)
 
 
 register("uhd-binary", fits_on_source=True, trains_on_source=True)(lambda ctx: _uhd(ctx, "binary"))

@@ -1,0 +1,99 @@
+"""The stop-dimension default: max_df 0.3 from 1,000 documents on, nothing below; the CLI's and the service's
+searches follow it, and `none` turns it off."""
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+from index_oracle import random_encoding
+
+from uhdsearch.cli.main import main
+from uhdsearch.encoder.config import EncoderConfig
+from uhdsearch.encoder.model import UHDEncoder
+from uhdsearch.errors import UsageError
+from uhdsearch.index.inverted import BinaryIndex
+from uhdsearch.search.searcher import Searcher
+from uhdsearch.search.stopdims import DEFAULT_MAX_DF, MIN_DOCUMENTS, resolve_max_df
+from uhdsearch.types import format_run
+
+QUERY = "vitamin D deficiency and bone fractures in older women"
+
+
+@pytest.fixture(scope="module")
+def model(tiny_backbone_dir):
+    return UHDEncoder.new(tiny_backbone_dir, EncoderConfig(dim=512, wta_k=16, query_k=None))
+
+
+def _index(model, n: int, path=None) -> BinaryIndex:
+    # dims 0-127 are active in ~60 % of the documents: stop dimensions at 0.3; the rest in ~5 %
+    docs = random_encoding(np.random.default_rng(n), n, 512, 1, 0.05, dense_dims=128)
+    return BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(n)], path, model.digest())
+
+
+def test_resolve_max_df_floor_and_refusals():
+    assert resolve_max_df("auto", MIN_DOCUMENTS) == DEFAULT_MAX_DF == 0.3
+    assert resolve_max_df("auto", MIN_DOCUMENTS - 1) is None
+    assert resolve_max_df(0.1, 3) == 0.1 and resolve_max_df(None, 10**6) is None
+    with pytest.raises(UsageError, match="max_df='often'"):
+        resolve_max_df("often", 10)
+
+
+def test_default_drops_stop_dims_on_large_indexes_only(model):
+    large, small = _index(model, MIN_DOCUMENTS), _index(model, MIN_DOCUMENTS - 1)
+    default = Searcher(model, large)
+    assert default.max_df == 0.3 and default.name == "uhd-binary"
+    q_default = default.encode([_q()]).buckets[0]
+    q_all = Searcher(model, large, max_df=None).encode([_q()]).buckets[0]
+    assert set(q_default.indices) < set(q_all.indices)  # some query dims dropped, none added
+    df = large.document_frequencies(0)
+    assert np.all(df[q_default.indices] <= 0.3 * MIN_DOCUMENTS)
+    assert np.any(df[np.setdiff1d(q_all.indices, q_default.indices)] > 0.3 * MIN_DOCUMENTS)
+    assert format_run(default.search({"q": QUERY}, 20)) == \
+        format_run(Searcher(model, large, max_df=0.3, name="uhd-binary").search({"q": QUERY}, 20))
+    below = Searcher(model, small)
+    assert below.max_df is None and below.weighting is None
+    # frequencies handed in (as the service does per snapshot) give the same search
+    given = Searcher(model, large, document_frequencies=[large.document_frequencies(0)])
+    assert format_run(given.search({"q": QUERY}, 20)) == format_run(default.search({"q": QUERY}, 20))
+
+
+def _q():
+    from uhdsearch.types import Query
+
+    return Query("q", QUERY)
+
+
+def _call(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_default_is_auto_and_none_turns_it_off(model, tmp_path):
+    model.save_pretrained(tmp_path / "model")
+    index = _index(model, MIN_DOCUMENTS, tmp_path / "index")
+    args = ["search", "--model", str(tmp_path / "model"), "--index", str(tmp_path / "index"), "--query", QUERY,
+            "--k", "10"]
+    code, auto, err = _call(args)
+    assert code == 0, err
+    assert auto == format_run(Searcher(model, index, max_df=0.3, name="uhd-binary").search({"q1": QUERY}, 10))
+    code, none, err = _call(args + ["--max-df", "none"])
+    assert code == 0, err
+    assert none == format_run(Searcher(model, index, max_df=None).search({"q1": QUERY}, 10)) and none != auto
+    code, out, err = _call(args + ["--max-df", "often"])
+    assert code == 2 and out == "" and "--max-df 'often'" in err
+
+
+def test_the_service_searches_with_the_default(model, tmp_path):
+    from uhdsearch.serving.service import SearchOptions, SearchService
+    from uhdsearch.types import Document, Query
+
+    index = _index(model, MIN_DOCUMENTS, tmp_path / "index")
+    corpus = {d: Document(d, f"text {d}") for d in index.doc_ids}
+    service = SearchService.open(model, tmp_path / "index", corpus)
+    run, _ = service.search([Query("q", QUERY)], 10, SearchOptions())
+    assert format_run(run) == format_run(Searcher(model, index, max_df=0.3, name=run.name).search({"q": QUERY}, 10))
+    assert format_run(run) != format_run(Searcher(model, index, max_df=None, name=run.name).search({"q": QUERY}, 10))
