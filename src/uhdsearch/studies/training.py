@@ -49,6 +49,12 @@ RECIPES: dict[str, dict[str, Any]] = {
     "InfoNCE binarized, ANCE negatives re-mined every 20 steps (40 steps)": {"remine_every": 20, "max_steps": 40},
     "mined positives and negatives + df penalty 1e-2 (tau 0.1)": {
         **_MINED, "density_weight": 1e-2, "density": "df", "tau": 0.1},
+    # Transfer (training/transfer.py): the SciFact quickstart's trained head (run `uhdsearch quickstart` first) as
+    # the start, then the quickstart recipe on this corpus; step 0 of the dev curve is the transferred head as is.
+    "transfer: SciFact-trained head, re-centred here, then the quickstart recipe": {
+        "init_head": "out/quickstart/model"},
+    "transfer: SciFact-trained head, its biases kept, then the quickstart recipe": {
+        "init_head": "out/quickstart/model", "center": False},
 }
 # Query token limits chosen on each collection's dev split (benchmarks/query_length.py); others: the preset's.
 QUERY_LENGTHS = {"scifact": 32, "cisi": 64, "medline": 128}
@@ -167,6 +173,10 @@ def _key(data_dir: Path, recipe, options: dict[str, Any], extra: str = "") -> st
     """The cache key: the collection, the backbone, ROWS_VERSION and the settings that differ from the dataclasses'
     defaults, so a setting added later at a default that keeps the old behaviour leaves cached rows valid. Changing
     a default, or how a row is trained or scored, must bump ROWS_VERSION."""
+    if recipe.init_head:  # a path names a model that may be retrained in place: key on its weights too
+        from uhdsearch.encoder.model import UHDEncoder
+
+        extra = f"{extra}|init_head {UHDEncoder.from_pretrained(recipe.init_head).digest()}"
     blob = json.dumps([str(Path(data_dir).resolve()), _changed_settings(recipe), options["backbone"], extra]
                       + ([ROWS_VERSION] if ROWS_VERSION > 1 else []), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]

@@ -34,6 +34,7 @@ from uhdsearch.training.mining import ModelMiner, mine_with_teacher
 from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query
 from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, SumOfMaxTeacher, rank_with_teacher
 from uhdsearch.training.trainer import TeacherScorer, TrainingArgs, TrainingResult, train
+from uhdsearch.training.transfer import load_head
 from uhdsearch.types import Document, Qrels, Query
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class Recipe:
     # After training (frozen backbone, with a dev split): query token limits tried on dev, for the kept weights
     # and the untrained head alike; CISI's and Medline's paragraph-long queries lose much at A.1's 32 tokens.
     query_lengths: tuple[int, ...] = (32, 64, 128, 256)
+    init_head: str | None = None  # a trained model's directory: its heads start here (training/transfer.py)
 
     def __init__(self, encoder: EncoderConfig | None = None, training: TrainingArgs | None = None,
                  **settings: Any) -> None:
@@ -182,6 +184,8 @@ def train_on_collection(
         layers = sorted(set(model.layers) | {model.backbone.n_layers} | set(cached or ()))
         states = compute_token_states(model.backbone, [d.full_text for d in documents], layers,
                                       model.config.document_max_length, show_progress=show_progress)
+    if recipe.init_head:
+        load_head(model, recipe.init_head)
     if recipe.center:
         model.center_buckets(states)
     pairs, dev = training_pairs(documents, train_data, recipe)
