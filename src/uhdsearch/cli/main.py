@@ -212,6 +212,8 @@ def search(
                                "the documents (stop dimensions), e.g. 0.1; 'none' keeps all; 'auto': 0.3 on "
                                "indexes of 1,000 documents or more."),
     idf: bool = typer.Option(False, "--idf", help="Weight query dims by IDF (binary: 4-bit levels, exact)."),
+    lookup: bool = typer.Option(False, "--lookup", help="Encode queries by table lookup (MODEL/query_lookup.npz, "
+                                "built by `uhdsearch lookup`): ~0.3 ms a query, lower quality."),
     duplicate_queries: str = typer.Option("error", "--duplicate-queries", help="A query id on two lines of "
                                           "--queries: error (default), keep-first or keep-last (one warning "
                                           "gives the count)."),
@@ -239,9 +241,13 @@ def search(
         overrides["wta_k"] = wta_k
     if query_k is not None:
         overrides["query_k"] = query_k or None
+    if lookup and onnx:
+        raise UsageError("--lookup encodes queries without the backbone; --onnx does not apply to it")
     encoder = UHDEncoder.from_pretrained(model, **overrides)
     if onnx:
         encoder.use_onnx_runtime()
+    from uhdsearch.search.stopdims import parse_max_df
+
     threshold = parse_max_df(max_df)
     from uhdsearch.index.live.commit import list_generations
     from uhdsearch.index.live.segments import SegmentedIndex
@@ -249,6 +255,10 @@ def search(
     # A directory with commit files is a segmented index (uhdsearch index --ray, live updates); else a static one.
     segmented = index_dir.is_dir() and bool(list_generations(index_dir))
     index = SegmentedIndex.open(index_dir) if segmented else InvertedIndex.load(index_dir)
+    if lookup:  # inference-free queries: the table `uhdsearch lookup` saved beside the model
+        from uhdsearch.encoder.lookup import LookupEncoder
+
+        encoder = LookupEncoder.load(model, encoder)
     searcher = Searcher(encoder, index, scoring=scoring, max_df=threshold, idf=idf)
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
     sys.stdout.write(format_run(run))
@@ -316,27 +326,12 @@ from uhdsearch.cli.study import report, study  # noqa: E402  (the studies' comma
 
 app.command()(study)
 app.command()(report)
+from uhdsearch.cli.lookup import lookup  # noqa: E402
+
+app.command()(lookup)
 from uhdsearch.cli.scale import export_app  # noqa: E402 - typer only; its commands import ray/pymilvus lazily
 
 app.add_typer(export_app, name="export")
-
-
-def parse_max_df(text: str) -> float | str | None:
-    """--max-df: "auto", "none", or a fraction in (0, 1].
-
-    Example:
-        >>> parse_max_df("auto"), parse_max_df("none"), parse_max_df("0.2")
-        ('auto', None, 0.2)
-    """
-    if text.strip().lower() in ("auto", "none"):
-        return None if text.strip().lower() == "none" else "auto"
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"--max-df {text!r}: give a fraction in (0, 1], 'none' or 'auto'") from None
-    if not 0 < value <= 1:
-        raise UsageError(f"--max-df {text} must be a fraction of the documents in (0, 1]")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:

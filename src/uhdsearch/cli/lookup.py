@@ -1,0 +1,48 @@
+"""`uhdsearch lookup`: build the inference-free query table of a model from a corpus (encoder/lookup_corpus.py) and
+save it beside the model, so `uhdsearch search --lookup` encodes queries by a tokenizer call and a table gather."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from uhdsearch.errors import UsageError
+
+
+def lookup(
+    model: Path = typer.Option(..., "--model", help="The UHD model directory; the table is saved into it."),
+    data: Path = typer.Option(..., "--data", help="BEIR-layout directory whose corpus.jsonl teaches the rows."),
+    summary: str = typer.Option("winners", "--summary", help="winners (a token's mean WTA output over its "
+                                "occurrences) or mean-state (the winners of its mean state)."),
+    keep: int = typer.Option(40, "--keep", help="Dims kept per token row (chosen on SciFact train: 40)."),
+    documents: int = typer.Option(0, "--documents", help="Learn from the first N documents only (0: all)."),
+    context_free: bool = typer.Option(False, "--context-free", help="Give tokens the corpus lacks their "
+                                      "context-free row ([CLS] token [SEP]; a pass over the vocabulary, minutes)."),
+) -> None:
+    """Build MODEL/query_lookup.npz: an inference-free query encoder learned from the corpus's token contexts."""
+    import numpy as np
+
+    from uhdsearch.encoder.lookup import LookupEncoder, build_table
+    from uhdsearch.encoder.lookup_corpus import SUMMARIES, CorpusTable
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.evaluation.datasets import load_corpus
+
+    if summary not in SUMMARIES:
+        raise UsageError(f"--summary {summary!r}; choose one of {', '.join(SUMMARIES)}")
+    if keep < 1 or documents < 0:
+        raise UsageError(f"--keep {keep} must be >= 1 and --documents {documents} >= 0")
+    encoder = UHDEncoder.from_pretrained(model)
+    corpus = list(load_corpus(data / "corpus.jsonl").values())
+    texts = [d.full_text for d in (corpus[:documents] if documents else corpus)]
+    states = encoder.token_states(texts, "document")
+    tokenized = encoder.backbone.tokenizer(texts, truncation=True, max_length=encoder.config.document_max_length)
+    token_ids = np.concatenate([np.asarray(x, np.int64) for x in tokenized["input_ids"]])
+    if token_ids.shape[0] != int(states.offsets[-1]):
+        raise UsageError(f"the tokenizer gave {token_ids.shape[0]} tokens, the backbone states {states.offsets[-1]}")
+    table = CorpusTable.from_states(encoder, states, token_ids)
+    fallback = build_table(encoder) if context_free else None
+    lookup_encoder = LookupEncoder(table.tables(summary, keep, fallback=fallback), encoder.backbone.tokenizer,
+                                   encoder.config, encoder.digest())
+    path = lookup_encoder.save(model)
+    seen = int((table.occurrences > 0).sum())
+    typer.echo(f"wrote {path}: {seen:,} tokens learned from {len(texts):,} documents ({summary}, {keep} dims a row)")
