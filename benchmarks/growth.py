@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     for system, fit in fits.items():
         print(f"{system:<28} exponent {fit['exponent']:.3f} over N in {fit['sizes']}")
     loads = [x for run in runs for x in (run["load_average_at_start"][0], run["load_average_at_end"][0])]
-    plot(rows, fits, OUT_PNG, f"1-min load average {min(loads):.1f}-{max(loads):.1f} (2 cores shared with other "
-                              "jobs); bm25s on dictionary text of the same N; ratios only within one N", args.fit_from)
+    plot(rows, fits, OUT_PNG, f"1-min load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores; bm25s "
+                              "on dictionary text of the same N; ratios only within one N", args.fit_from)
     result = {"script": "benchmarks/growth.py", **record(config, settings), "threads": 1, "k": K,
               "skipped_sizes": skipped, "runs": runs, "fits": fits, "rows": rows}
     OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")
