@@ -54,6 +54,12 @@ def test_lookup_then_search_with_it(built, scifact_mini_dir):
     assert out == format_run(Searcher(table, index).search({"q1": QUERY}, k=5)) and out
     full = format_run(Searcher(model, index).search({"q1": QUERY}, k=5))
     assert out != full  # a different query encoder, different scores
+    code, cut, err = _call(["search", "--model", str(root / "model"), "--index", str(root / "index"),
+                            "--query", QUERY, "--k", "5", "--lookup", "--query-k", "10"])
+    assert code == 0, err  # the table is checked against the model as saved; --query-k cuts the looked-up query
+    short = UHDEncoder.from_pretrained(root / "model", query_k=10)
+    table.config = short.config
+    assert cut == format_run(Searcher(table, index).search({"q1": QUERY}, k=5)) and cut != out
 
 
 @pytest.mark.parametrize("extra, words", [(["--summary", "best"], "--summary 'best'"), (["--keep", "0"], "--keep 0")])
@@ -67,7 +73,10 @@ def test_search_lookup_refusals(built, tmp_path):
     root, model, _ = built
     code, _, err = _call(["search", "--model", str(root / "model"), "--index", str(root / "index"), "--query",
                           QUERY, "--lookup", "--onnx"])
-    assert code == 2 and "--onnx does not apply" in err
+    assert code == 2 and "--onnx and --wta-k do not apply" in err
+    code, _, err = _call(["search", "--model", str(root / "model"), "--index", str(root / "index"), "--query",
+                          QUERY, "--lookup", "--wta-k", "4"])
+    assert code == 2 and "--wta-k do not apply" in err
     other = tmp_path / "other"
     model.save_pretrained(other)  # the same model without a table
     code, _, err = _call(["search", "--model", str(other), "--index", str(root / "index"), "--query", QUERY,

@@ -12,7 +12,7 @@ from index_oracle import random_encoding
 from uhdsearch.cli.main import main
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
-from uhdsearch.errors import UsageError
+from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.search.stopdims import DEFAULT_MAX_DF, MIN_DOCUMENTS, resolve_max_df
@@ -57,6 +57,10 @@ def test_default_drops_stop_dims_on_large_indexes_only(model):
     # frequencies handed in (as the service does per snapshot) give the same search
     given = Searcher(model, large, document_frequencies=[large.document_frequencies(0)])
     assert format_run(given.search({"q": QUERY}, 20)) == format_run(default.search({"q": QUERY}, 20))
+    every = np.full(512, MIN_DOCUMENTS, np.int64)  # frequencies that call every dim a stop dim: nothing left
+    assert Searcher(model, large, document_frequencies=[every]).encode([_q()]).buckets[0].nnz == 0
+    with pytest.raises(DimensionMismatchError, match="document_frequencies"):
+        Searcher(model, large, document_frequencies=[every[:10]])
 
 
 def _q():

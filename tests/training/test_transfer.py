@@ -40,3 +40,6 @@ def test_a_head_of_another_shape_is_refused(tmp_path, tiny_backbone_dir):
         load_head(_model(tiny_backbone_dir, seed=2), tmp_path / "wide")
     with pytest.raises(UsageError, match="no saved UHD model"):
         load_head(_model(tiny_backbone_dir, seed=2), tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="init_head=.*empty.*no saved UHD model"):
+        load_head(_model(tiny_backbone_dir, seed=2), tmp_path / "empty")

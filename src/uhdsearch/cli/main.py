@@ -241,14 +241,15 @@ def search(
         overrides["wta_k"] = wta_k
     if query_k is not None:
         overrides["query_k"] = query_k or None
-    if lookup and onnx:
-        raise UsageError("--lookup encodes queries without the backbone; --onnx does not apply to it")
-    encoder = UHDEncoder.from_pretrained(model, **overrides)
-    if onnx:
-        encoder.use_onnx_runtime()
     from uhdsearch.search.stopdims import parse_max_df
 
     threshold = parse_max_df(max_df)
+    if lookup and (onnx or wta_k is not None):
+        raise UsageError("--lookup encodes queries by a table fixed when `uhdsearch lookup` built it: --onnx and "
+                         "--wta-k do not apply to it")
+    encoder = UHDEncoder.from_pretrained(model, **overrides)
+    if onnx:
+        encoder.use_onnx_runtime()
     from uhdsearch.index.live.commit import list_generations
     from uhdsearch.index.live.segments import SegmentedIndex
 
@@ -258,7 +259,9 @@ def search(
     if lookup:  # inference-free queries: the table `uhdsearch lookup` saved beside the model
         from uhdsearch.encoder.lookup import LookupEncoder
 
-        encoder = LookupEncoder.load(model, encoder)
+        table = LookupEncoder.load(model, UHDEncoder.from_pretrained(model) if overrides else encoder)
+        table.config = encoder.config  # --query-k applies to the looked-up queries too
+        encoder = table
     searcher = Searcher(encoder, index, scoring=scoring, max_df=threshold, idf=idf)
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
     sys.stdout.write(format_run(run))

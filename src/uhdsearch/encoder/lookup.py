@@ -101,7 +101,8 @@ class LookupEncoder:
         """Read model_dir/query_lookup.npz written for `model` (the digest must match)."""
         path = Path(model_dir) / LOOKUP_FILE
         if not path.is_file():
-            raise FileNotFoundError(f"no lookup table at {path}; build one with LookupEncoder.from_model(...).save")
+            raise FileNotFoundError(f"no lookup table at {path}; build one with `uhdsearch lookup --model "
+                                    f"{Path(model_dir)} --data DIR` (or LookupEncoder.from_model(...).save)")
         try:
             with np.load(path, allow_pickle=False) as z:
                 digest = str(z["digest"])

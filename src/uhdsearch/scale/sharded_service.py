@@ -98,7 +98,7 @@ def open_sharded_service(encoder, index_dir: Path, n_shards: int, address: str |
     positive(replicas, "--replicas")
     sharded = ShardedIndex(shard_dirs_for(index_dir, n_shards, shard_dir), address, threads_per_shard,
                            replicas=replicas)
-    Searcher(encoder, sharded)  # dim and bucket checks now, not on the first request
+    Searcher(encoder, sharded, max_df=None)  # dim and bucket checks now, not on the first request
     documents = DocumentStore(corpus, None)
     typical = TypicalTokens(encoder, [d.full_text for d in documents.sample(typical_sample)]) \
         if typical_sample > 0 and corpus else None

@@ -101,6 +101,10 @@ class Searcher:
         if max_df is None and not idf:
             self.weighting = None
         elif document_frequencies is not None:
+            if len(document_frequencies) != index.n_buckets or any(
+                    np.shape(f) != (index.dim,) for f in document_frequencies):
+                raise DimensionMismatchError(f"document_frequencies: give one ({index.dim},) array per bucket "
+                                             f"({index.n_buckets})")
             self.weighting = QueryWeighting(document_frequencies, int(index.n_documents), max_df, idf)
         else:
             self.weighting = QueryWeighting.of_index(index, max_df, idf)

@@ -123,7 +123,7 @@ class SearchService:
         typical = TypicalTokens(encoder, [d.full_text for d in documents.sample(typical_sample)]) \
             if typical_sample > 0 else None
         service = cls(encoder, snapshot, documents, writer, refusal, bm25, typical)
-        Searcher(encoder, snapshot.index)  # dim and bucket checks now, not on the first request
+        Searcher(encoder, snapshot.index, max_df=None)  # dim and bucket checks now, not on the first request
         return service
 
     def close(self) -> None:
@@ -247,7 +247,10 @@ class SearchService:
             generation = self.writer.commit()
             self._pending = []
             reader = self.snapshot.index.reopen()
-            self.snapshot = Snapshot(reader, reader.generation)
+            snapshot = Snapshot(reader, reader.generation)
+            if resolve_max_df(AUTO, reader.n_documents) is not None:
+                snapshot.document_frequencies  # counted here, before the swap, not in the next search request
+            self.snapshot = snapshot
             return {"generation": generation, "n_documents": reader.n_documents}
         finally:
             lock.release()

@@ -15,11 +15,11 @@ def load_head(model, source_dir: str | Path) -> None:
     Raises:
         UsageError: no model there, or its heads have another shape (dim, layers, hidden size).
     """
-    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.encoder.model import CONFIG_FILE, UHDEncoder
 
     path = Path(source_dir)
-    if not (path / "config.json").is_file() and not path.is_dir():
-        raise UsageError(f"init_head={str(source_dir)!r}: no saved UHD model there")
+    if not (path / CONFIG_FILE).is_file():
+        raise UsageError(f"init_head={str(source_dir)!r}: no saved UHD model there (no {CONFIG_FILE})")
     source = UHDEncoder.from_pretrained(path)
     mine, theirs = model.buckets.state_dict(), source.buckets.state_dict()
     shapes = {k: tuple(v.shape) for k, v in mine.items()}
