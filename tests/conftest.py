@@ -59,3 +59,20 @@ def mini_encoding(tiny_encoder_session, mini_data):
     """Real sparse vectors: the scifact-mini corpus encoded by the tiny encoder."""
     docs = list(mini_data.corpus.values())
     return tiny_encoder_session.encode_document([d.full_text for d in docs], show_progress=False)
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """Run `uhdsearch ARGV` in-process: cli(argv) -> (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from uhdsearch.cli.main import main
+
+    def call(argv: list[str]) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+        return code, out.getvalue(), err.getvalue()
+
+    return call

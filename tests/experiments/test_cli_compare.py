@@ -1,8 +1,6 @@
 """`uhdsearch compare` (the experiment runner behind the CLI) end to end on scifact-mini with cheap systems; its numbers against independent builds."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
@@ -11,23 +9,15 @@ from transformers import AutoTokenizer
 from uhdsearch.baselines.bm25 import BM25Retriever, wordpiece_analyzer
 from uhdsearch.baselines.dense import DenseRetriever
 from uhdsearch.baselines.hybrid import HybridRetriever
-from uhdsearch.cli.main import main
 from uhdsearch.evaluation.metrics import DEFAULT_MEASURES, evaluate
 
 
-def _call(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory, scifact_mini_dir, tiny_backbone_dir):
+def compared(tmp_path_factory, scifact_mini_dir, tiny_backbone_dir, cli):
     out = tmp_path_factory.mktemp("compare") / "baselines_scifact-mini.json"
-    code, stdout, err = _call(["--quiet", "compare", "--data", str(scifact_mini_dir), "--backbone",
-                               str(tiny_backbone_dir), "--systems", "bm25-bi,bm25-uni,hybrid-dense-bm25",
-                               "--document-max-length", "64", "--out", str(out)])
+    code, stdout, err = cli(["--quiet", "compare", "--data", str(scifact_mini_dir), "--backbone",
+                            str(tiny_backbone_dir), "--systems", "bm25-bi,bm25-uni,hybrid-dense-bm25",
+                            "--document-max-length", "64", "--out", str(out)])
     assert code == 0, err
     return json.loads(out.read_text()), stdout, out
 
@@ -70,24 +60,24 @@ def test_numbers_equal_independent_runs(compared, mini_data, tiny_backbone_dir):
     (["--k", "0"], "--k 0 must be a positive integer"),
     (["--split", "dev"], "no qrels for split 'dev'"),
 ])
-def test_user_errors_exit_2_with_one_line(scifact_mini_dir, argv, message):
-    code, _, err = _call(["compare", "--data", str(scifact_mini_dir), *argv])
+def test_user_errors_exit_2_with_one_line(scifact_mini_dir, argv, message, cli):
+    code, _, err = cli(["compare", "--data", str(scifact_mini_dir), *argv])
     assert code == 2
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
 
 
-def test_bad_directories_and_existing_output(tmp_path, compared, scifact_mini_dir):
-    code, _, err = _call(["compare", "--data", str(tmp_path / "missing")])
+def test_bad_directories_and_existing_output(tmp_path, compared, scifact_mini_dir, cli):
+    code, _, err = cli(["compare", "--data", str(tmp_path / "missing")])
     assert code == 2 and "--data" in err and "is not a directory" in err
-    code, _, err = _call(["compare", "--data", str(scifact_mini_dir), "--train-data", str(tmp_path / "x")])
+    code, _, err = cli(["compare", "--data", str(scifact_mini_dir), "--train-data", str(tmp_path / "x")])
     assert code == 2 and "--train-data" in err
     _, _, out = compared
-    code, _, err = _call(["compare", "--data", str(scifact_mini_dir), "--systems", "bm25", "--out", str(out)])
+    code, _, err = cli(["compare", "--data", str(scifact_mini_dir), "--systems", "bm25", "--out", str(out)])
     assert code == 2 and "already exists; pass overwrite=True" in err
 
 
-def test_list_names_every_registered_system():
-    code, out, _ = _call(["compare", "--list"])
+def test_list_names_every_registered_system(cli):
+    code, out, _ = cli(["compare", "--list"])
     names = out.split()
     assert code == 0
     assert {"bm25", "bm25-uni", "bm25-bi", "splade-tiny", "dense", "uhd-binary", "uhd-weighted", "hybrid-uhd-bm25",

@@ -1,13 +1,10 @@
 """`uhdsearch lookup` saves the corpus-learned query table beside the model; `search --lookup` ranks with it."""
 from __future__ import annotations
 
-import contextlib
-import io
 
 import numpy as np
 import pytest
 
-from uhdsearch.cli.main import main
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.lookup import LookupEncoder
 from uhdsearch.encoder.model import UHDEncoder
@@ -17,13 +14,6 @@ from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import format_run
 
 QUERY = "vitamin D deficiency and bone fractures"
-
-
-def _call(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +26,10 @@ def built(tmp_path_factory, tiny_backbone_dir, scifact_mini_dir):
     return root, model, index
 
 
-def test_lookup_then_search_with_it(built, scifact_mini_dir):
+def test_lookup_then_search_with_it(built, scifact_mini_dir, cli):
     root, model, index = built
-    code, out, err = _call(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir),
-                            "--keep", "8", "--documents", "60"])
+    code, out, err = cli(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir),
+                         "--keep", "8", "--documents", "60"])
     assert code == 0, err
     assert "from 60 documents" in out and (root / "model" / "query_lookup.npz").is_file()
     table = LookupEncoder.load(root / "model", model)
@@ -48,14 +38,14 @@ def test_lookup_then_search_with_it(built, scifact_mini_dir):
     assert np.all(np.diff(rows.indptr) <= 8) and rows.nnz > 0  # `keep` dims a row at most
     vitamin = model.backbone.tokenizer.convert_tokens_to_ids("vitamin")
     assert rows[vitamin].nnz == 8  # "vitamin" occurs in the first 60 SciFact abstracts
-    code, out, err = _call(["search", "--model", str(root / "model"), "--index", str(root / "index"),
-                            "--query", QUERY, "--k", "5", "--lookup"])
+    code, out, err = cli(["search", "--model", str(root / "model"), "--index", str(root / "index"),
+                         "--query", QUERY, "--k", "5", "--lookup"])
     assert code == 0, err
     assert out == format_run(Searcher(table, index).search({"q1": QUERY}, k=5)) and out
     full = format_run(Searcher(model, index).search({"q1": QUERY}, k=5))
     assert out != full  # a different query encoder, different scores
-    code, cut, err = _call(["search", "--model", str(root / "model"), "--index", str(root / "index"),
-                            "--query", QUERY, "--k", "5", "--lookup", "--query-k", "10"])
+    code, cut, err = cli(["search", "--model", str(root / "model"), "--index", str(root / "index"),
+                         "--query", QUERY, "--k", "5", "--lookup", "--query-k", "10"])
     assert code == 0, err  # the table is checked against the model as saved; --query-k cuts the looked-up query
     short = UHDEncoder.from_pretrained(root / "model", query_k=10)
     table.config = short.config
@@ -63,22 +53,22 @@ def test_lookup_then_search_with_it(built, scifact_mini_dir):
 
 
 @pytest.mark.parametrize("extra, words", [(["--summary", "best"], "--summary 'best'"), (["--keep", "0"], "--keep 0")])
-def test_lookup_refuses_bad_options(built, scifact_mini_dir, extra, words):
+def test_lookup_refuses_bad_options(built, scifact_mini_dir, extra, words, cli):
     root, _, _ = built
-    code, out, err = _call(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir), *extra])
+    code, out, err = cli(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir), *extra])
     assert code == 2 and words in err
 
 
-def test_search_lookup_refusals(built, tmp_path):
+def test_search_lookup_refusals(built, tmp_path, cli):
     root, model, _ = built
-    code, _, err = _call(["search", "--model", str(root / "model"), "--index", str(root / "index"), "--query",
-                          QUERY, "--lookup", "--onnx"])
+    code, _, err = cli(["search", "--model", str(root / "model"), "--index", str(root / "index"), "--query",
+                       QUERY, "--lookup", "--onnx"])
     assert code == 2 and "--onnx and --wta-k do not apply" in err
-    code, _, err = _call(["search", "--model", str(root / "model"), "--index", str(root / "index"), "--query",
-                          QUERY, "--lookup", "--wta-k", "4"])
+    code, _, err = cli(["search", "--model", str(root / "model"), "--index", str(root / "index"), "--query",
+                       QUERY, "--lookup", "--wta-k", "4"])
     assert code == 2 and "--wta-k do not apply" in err
     other = tmp_path / "other"
     model.save_pretrained(other)  # the same model without a table
-    code, _, err = _call(["search", "--model", str(other), "--index", str(root / "index"), "--query", QUERY,
-                          "--lookup"])
+    code, _, err = cli(["search", "--model", str(other), "--index", str(root / "index"), "--query", QUERY,
+                       "--lookup"])
     assert code == 2 and "no lookup table" in err

@@ -1,25 +1,15 @@
 """`uhdsearch search --max-df --idf`: the same run as the Searcher with those options; bad values exit 2."""
 from __future__ import annotations
 
-import contextlib
-import io
 
 import pytest
 
-from uhdsearch.cli.main import main
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.evaluation.datasets import load_corpus
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import format_run
-
-
-def _call(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +22,11 @@ def built(tmp_path_factory, tiny_backbone_dir, scifact_mini_dir):
     return root, model, index
 
 
-def test_search_max_df_idf_matches_the_searcher(built):
+def test_search_max_df_idf_matches_the_searcher(built, cli):
     root, model, index = built
     text = "vitamin D deficiency and bone fractures"
-    code, out, err = _call(["search", "--model", str(root / "model"), "--index", str(root / "index"),
-                            "--query", text, "--k", "8", "--max-df", "0.2", "--idf"])
+    code, out, err = cli(["search", "--model", str(root / "model"), "--index", str(root / "index"),
+                         "--query", text, "--k", "8", "--max-df", "0.2", "--idf"])
     assert code == 0, err
     want = format_run(Searcher(model, index, max_df=0.2, idf=True).search({"q1": text}, k=8))
     assert out == want and out
@@ -45,8 +35,8 @@ def test_search_max_df_idf_matches_the_searcher(built):
 
 
 @pytest.mark.parametrize("bad", ["0", "1.5", "-0.2"])
-def test_bad_max_df_exits_2(built, bad):
+def test_bad_max_df_exits_2(built, bad, cli):
     root, _, _ = built
-    code, out, err = _call(["search", "--model", str(root / "model"), "--index", str(root / "index"),
-                            "--query", "x", "--max-df", bad])
+    code, out, err = cli(["search", "--model", str(root / "model"), "--index", str(root / "index"),
+                         "--query", "x", "--max-df", bad])
     assert code == 2 and out == "" and "--max-df" in err

@@ -2,14 +2,11 @@
 searches follow it, and `none` turns it off."""
 from __future__ import annotations
 
-import contextlib
-import io
 
 import numpy as np
 import pytest
 from index_oracle import random_encoding
 
-from uhdsearch.cli.main import main
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.errors import DimensionMismatchError, UsageError
@@ -69,25 +66,18 @@ def _q():
     return Query("q", QUERY)
 
 
-def _call(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
-def test_cli_default_is_auto_and_none_turns_it_off(model, tmp_path):
+def test_cli_default_is_auto_and_none_turns_it_off(model, tmp_path, cli):
     model.save_pretrained(tmp_path / "model")
     index = _index(model, MIN_DOCUMENTS, tmp_path / "index")
     args = ["search", "--model", str(tmp_path / "model"), "--index", str(tmp_path / "index"), "--query", QUERY,
             "--k", "10"]
-    code, auto, err = _call(args)
+    code, auto, err = cli(args)
     assert code == 0, err
     assert auto == format_run(Searcher(model, index, max_df=0.3, name="uhd-binary").search({"q1": QUERY}, 10))
-    code, none, err = _call(args + ["--max-df", "none"])
+    code, none, err = cli(args + ["--max-df", "none"])
     assert code == 0, err
     assert none == format_run(Searcher(model, index, max_df=None).search({"q1": QUERY}, 10)) and none != auto
-    code, out, err = _call(args + ["--max-df", "often"])
+    code, out, err = cli(args + ["--max-df", "often"])
     assert code == 2 and out == "" and "--max-df 'often'" in err
 
 
