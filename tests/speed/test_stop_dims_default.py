@@ -91,3 +91,32 @@ def test_the_service_searches_with_the_default(model, tmp_path):
     run, _ = service.search([Query("q", QUERY)], 10, SearchOptions())
     assert format_run(run) == format_run(Searcher(model, index, max_df=0.3, name=run.name).search({"q": QUERY}, 10))
     assert format_run(run) != format_run(Searcher(model, index, max_df=None, name=run.name).search({"q": QUERY}, 10))
+
+
+def test_http_requests_choose_the_threshold(model, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from uhdsearch.serving.app import ServeSettings, create_app
+    from uhdsearch.serving.service import SearchService
+    from uhdsearch.types import Document
+
+    index = _index(model, MIN_DOCUMENTS, tmp_path / "index")
+    service = SearchService.open(model, tmp_path / "index", {d: Document(d, "") for d in index.doc_ids})
+
+    def want(max_df):
+        run = Searcher(model, index, max_df=max_df).search({"q1": QUERY}, 10)
+        return [(h.doc_id, round(h.score, 4)) for h in run["q1"]]
+
+    with TestClient(create_app(service, ServeSettings())) as client:
+        def got(**params):
+            response = client.get("/search", params={"q": QUERY, "k": 10, **params})
+            assert response.status_code == 200, response.text
+            return [(h["doc_id"], round(h["score"], 4)) for h in response.json()["results"][0]["hits"]]
+
+        assert got() == want(0.3) and got(max_df="none") == want(None) and got(max_df="0.1") == want(0.1)
+        assert want(None) != want(0.3)
+        body = {"queries": [{"query_id": "q1", "text": QUERY}], "k": 10, "max_df": "none"}
+        hits = client.post("/search", json=body).json()["results"][0]["hits"]
+        assert [(h["doc_id"], round(h["score"], 4)) for h in hits] == want(None)
+        bad = client.get("/search", params={"q": QUERY, "max_df": "often"})
+        assert bad.status_code == 422 and "max_df='often'" in bad.json()["error"]

@@ -108,6 +108,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         k: int = Param(10, ge=1), scoring: str | None = Param(None, pattern="^(binary|weighted)$"),
         query_k: int | None = Param(None, ge=0), bucket_weights: str | None = Param(None, description="e.g. 1,0.5"),
         system: str = Param("uhd", pattern="^(uhd|bm25)$"),
+        max_df: str = Param("auto", description="stop dimensions: auto, none, or a fraction in (0, 1]"),
     ) -> dict:
         """One query: the top-k documents with title and snippet (system=bm25: the BM25 ranking)."""
         check_query(q)
@@ -116,7 +117,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         if system == "bm25":
             run = await blocking(service.bm25_search, queries, k)
             return respond("bm25", k, queries, run, service.snapshot)
-        options = SearchOptions(scoring, query_k, _weights(bucket_weights))
+        options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df))
         run, snapshot = await blocking(service.search, queries, k, options)
         return respond("uhd", k, queries, run, snapshot)
 
@@ -132,7 +133,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         if len(set(ids)) != len(ids):
             raise ServiceError(422, "queries: a query_id appears twice")
         queries = [Query(q.query_id, q.text) for q in body.queries]
-        options = SearchOptions(body.scoring, body.query_k, body.bucket_weights)
+        options = SearchOptions(body.scoring, body.query_k, body.bucket_weights, _max_df(body.max_df))
         run, snapshot = await blocking(service.search, queries, body.k, options, body.candidates)
         return respond("uhd", body.k, queries, run, snapshot)
 
@@ -146,10 +147,11 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     @app.get("/explain")
     async def explain(q: str = Param(..., min_length=1), doc_id: str = Param(..., min_length=1),
                       scoring: str | None = Param(None, pattern="^(binary|weighted)$"),
-                      query_k: int | None = Param(None, ge=0), bucket_weights: str | None = None) -> dict:
+                      query_k: int | None = Param(None, ge=0), bucket_weights: str | None = None,
+                      max_df: str = Param("auto")) -> dict:
         """The latent dimensions query and document share, per bucket: contribution, tokens, typical tokens."""
         check_query(q)
-        options = SearchOptions(scoring, query_k, _weights(bucket_weights))
+        options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df))
         return await blocking(service.explain, q, doc_id, options)
 
     def authorize(authorization: str | None, x_api_key: str | None) -> None:
@@ -213,6 +215,17 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _max_df(value: str | float) -> float | str | None:
+    from uhdsearch.errors import UsageError
+    from uhdsearch.search.stopdims import parse_max_df
+
+    try:
+        return parse_max_df(str(value))
+    except UsageError:
+        raise ServiceError(422, f"max_df={value!r}: give auto, none, or a fraction of the documents in (0, 1]") \
+            from None
 
 
 def _weights(text: str | None) -> list[float] | None:

@@ -58,6 +58,7 @@ class SearchOptions:
     scoring: str | None = None
     query_k: int | None = None  # None: the model's; 0: every active dimension
     bucket_weights: Sequence[float] | None = None
+    max_df: float | str | None = AUTO  # stop dimensions, as Searcher's (search/stopdims.py)
 
 
 class _TimedEncoder:
@@ -135,8 +136,8 @@ class SearchService:
     def searcher(self, snapshot: Snapshot, options: SearchOptions) -> Searcher:
         searcher = Searcher(_TimedEncoder(self.encoder, self.on_encode), snapshot.index, scoring=options.scoring,
                             query_k=options.query_k or None, bucket_weights=options.bucket_weights,
-                            document_frequencies=snapshot.document_frequencies
-                            if resolve_max_df(AUTO, snapshot.index.n_documents) is not None else None)
+                            max_df=options.max_df, document_frequencies=snapshot.document_frequencies
+                            if resolve_max_df(options.max_df, snapshot.index.n_documents) is not None else None)
         if options.query_k == 0:
             searcher.query_k = None  # keep every active dimension, as the CLI's --query-k 0
         return searcher
