@@ -68,3 +68,13 @@ def test_bad_options_are_refused(change, needle, scifact_mini_dir, tiny_backbone
     options = {**_options(scifact_mini_dir, tiny_backbone_dir), **change}
     with pytest.raises(UsageError, match=needle):
         run_study("training", options, tmp_path / "r", tmp_path / "c", command="test")
+
+
+def test_the_seed_option_reseeds_the_heads_and_the_batches_and_keys_apart() -> None:
+    from uhdsearch.studies.training import DEFAULTS, _key, _recipe
+
+    plain, again = _recipe({}, "cisi", dict(DEFAULTS)), _recipe({}, "cisi", {**DEFAULTS, "seed": 3})
+    assert (plain.encoder.seed, plain.training.seed) == (0, 0)
+    assert (again.encoder.seed, again.training.seed) == (3, 3)
+    assert again.encoder.query_max_length == plain.encoder.query_max_length == 64  # nothing else moves
+    assert _key(Path("d"), plain, DEFAULTS) != _key(Path("d"), again, {**DEFAULTS, "seed": 3})

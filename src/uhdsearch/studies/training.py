@@ -12,6 +12,7 @@ resumes at the next recipe. Writes result.json, dev curves (change against step 
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -67,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "max_steps": None,  # a cap on every recipe's steps (None: the preset's 450)
     "query_lengths": QUERY_LENGTHS,
     "backbone": None,  # a local backbone directory; None: all-MiniLM-L6-v2
+    "seed": 0,  # of the heads' initialisation and the batch order: other seeds repeat a row to see its noise
 }
 MEASURES = ["nDCG@10", "RR@10"]
 ROWS_VERSION = 1  # bump when a default or the way a row is trained or scored changes: cached rows are then redone
@@ -163,6 +165,10 @@ def _recipe(overrides: dict[str, Any], collection: str, options: dict[str, Any])
         recipe = preset("quickstart", query_lengths=(), **changes)
     except TypeError as exc:
         raise UsageError(f"recipes: {exc}") from exc
+    seed = int(options.get("seed") or 0)
+    if seed:
+        recipe = dataclasses.replace(recipe, encoder=recipe.encoder.replace(seed=seed),
+                                     training=dataclasses.replace(recipe.training, seed=seed))
     if recipe.training.train_backbone_layers != 0:  # every row shares one backbone and its cached states
         raise UsageError("recipes: the training study trains heads on a frozen backbone; train_backbone_layers "
                          "must be 0 (benchmarks/backbone_training.py measures backbone training)")
