@@ -1,15 +1,11 @@
 """`uhdsearch lookup` saves the corpus-learned query table beside the model; `search --lookup` ranks with it."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
-from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.lookup import LookupEncoder
 from uhdsearch.encoder.model import UHDEncoder
-from uhdsearch.evaluation.datasets import load_corpus
-from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import format_run
 
@@ -17,13 +13,8 @@ QUERY = "vitamin D deficiency and bone fractures"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, tiny_backbone_dir, scifact_mini_dir):
-    root = tmp_path_factory.mktemp("lookup")
-    model = UHDEncoder.new(tiny_backbone_dir, EncoderConfig(dim=2048, wta_k=16, query_k=None))
-    model.save_pretrained(root / "model")
-    corpus = dict(list(load_corpus(scifact_mini_dir / "corpus.jsonl").items())[:60])
-    index = BinaryIndex.build(model, corpus, root / "index", show_progress=False)
-    return root, model, index
+def built(saved_model_and_index):
+    return saved_model_and_index(60)
 
 
 def test_lookup_then_search_with_it(built, scifact_mini_dir, cli):

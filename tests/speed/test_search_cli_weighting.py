@@ -1,25 +1,15 @@
 """`uhdsearch search --max-df --idf`: the same run as the Searcher with those options; bad values exit 2."""
 from __future__ import annotations
 
-
 import pytest
 
-from uhdsearch.encoder.config import EncoderConfig
-from uhdsearch.encoder.model import UHDEncoder
-from uhdsearch.evaluation.datasets import load_corpus
-from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import format_run
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, tiny_backbone_dir, scifact_mini_dir):
-    root = tmp_path_factory.mktemp("cli")
-    model = UHDEncoder.new(tiny_backbone_dir, EncoderConfig(dim=2048, wta_k=16, query_k=None))
-    model.save_pretrained(root / "model")
-    corpus = dict(list(load_corpus(scifact_mini_dir / "corpus.jsonl").items())[:120])
-    index = BinaryIndex.build(model, corpus, root / "index", show_progress=False)
-    return root, model, index
+def built(saved_model_and_index):
+    return saved_model_and_index(120)
 
 
 def test_search_max_df_idf_matches_the_searcher(built, cli):

@@ -2,7 +2,6 @@
 searches follow it, and `none` turns it off."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from index_oracle import random_encoding

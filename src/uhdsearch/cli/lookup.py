@@ -20,8 +20,6 @@ def lookup(
                                       "context-free row ([CLS] token [SEP]; a pass over the vocabulary, minutes)."),
 ) -> None:
     """Build MODEL/query_lookup.npz: an inference-free query encoder learned from the corpus's token contexts."""
-    import numpy as np
-
     from uhdsearch.encoder.lookup import LookupEncoder, build_table
     from uhdsearch.encoder.lookup_corpus import SUMMARIES, CorpusTable
     from uhdsearch.encoder.model import UHDEncoder
@@ -34,12 +32,7 @@ def lookup(
     encoder = UHDEncoder.from_pretrained(model)
     corpus = list(load_corpus(data / "corpus.jsonl").values())
     texts = [d.full_text for d in (corpus[:documents] if documents else corpus)]
-    states = encoder.token_states(texts, "document")
-    tokenized = encoder.backbone.tokenizer(texts, truncation=True, max_length=encoder.config.document_max_length)
-    token_ids = np.concatenate([np.asarray(x, np.int64) for x in tokenized["input_ids"]])
-    if token_ids.shape[0] != int(states.offsets[-1]):
-        raise UsageError(f"the tokenizer gave {token_ids.shape[0]} tokens, the backbone states {states.offsets[-1]}")
-    table = CorpusTable.from_states(encoder, states, token_ids)
+    table = CorpusTable.from_texts(encoder, texts)
     fallback = build_table(encoder) if context_free else None
     lookup_encoder = LookupEncoder(table.tables(summary, keep, fallback=fallback), encoder.backbone.tokenizer,
                                    encoder.config, encoder.digest())

@@ -86,6 +86,19 @@ class CorpusTable:
                 table.add(ids, tokens, winners)
         return table
 
+    @classmethod
+    def from_texts(cls, model, texts: Sequence[str], show_progress: bool = True) -> CorpusTable:
+        """Encode `texts` as documents through the backbone once and learn the table from their tokens."""
+        states = model.token_states(list(texts), "document", show_progress=show_progress)
+        tokenized = model.backbone.tokenizer(list(texts), truncation=True,
+                                             max_length=model.config.document_max_length)["input_ids"]
+        token_ids = np.concatenate([np.asarray(x, np.int64) for x in tokenized]) if tokenized else \
+            np.zeros(0, np.int64)
+        if token_ids.shape[0] != int(states.offsets[-1]):  # the states are packed in the tokenizer's order
+            raise UsageError(f"the tokenizer gave {token_ids.shape[0]} tokens, the backbone states "
+                             f"{int(states.offsets[-1])}")
+        return cls.from_states(model, states, token_ids)
+
     def tables(self, summary: str = "winners", keep: int | None = None,
                fallback: Sequence[sp.csr_matrix] | None = None) -> list[sp.csr_matrix]:
         """(vocab, dim) CSR float32 per bucket, rows L2-normalized; `keep` dims per row (None: wta_k)."""

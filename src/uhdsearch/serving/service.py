@@ -19,7 +19,7 @@ import numpy as np
 from uhdsearch.errors import DataFormatError, IndexLockedError, UsageError
 from uhdsearch.index.base import SearchableIndex
 from uhdsearch.search.searcher import Searcher
-from uhdsearch.search.stopdims import AUTO, resolve_max_df
+from uhdsearch.search.stopdims import AUTO
 from uhdsearch.serving.documents import ADDED_FILE, DocumentStore
 from uhdsearch.serving.explain import TypicalTokens, dim_contributions, token_winners
 from uhdsearch.types import Document, Query, Run
@@ -136,8 +136,7 @@ class SearchService:
     def searcher(self, snapshot: Snapshot, options: SearchOptions) -> Searcher:
         searcher = Searcher(_TimedEncoder(self.encoder, self.on_encode), snapshot.index, scoring=options.scoring,
                             query_k=options.query_k or None, bucket_weights=options.bucket_weights,
-                            max_df=options.max_df, document_frequencies=snapshot.document_frequencies
-                            if resolve_max_df(options.max_df, snapshot.index.n_documents) is not None else None)
+                            max_df=options.max_df, document_frequencies=snapshot.document_frequencies)
         if options.query_k == 0:
             searcher.query_k = None  # keep every active dimension, as the CLI's --query-k 0
         return searcher
@@ -249,8 +248,7 @@ class SearchService:
             self._pending = []
             reader = self.snapshot.index.reopen()
             snapshot = Snapshot(reader, reader.generation)
-            if resolve_max_df(AUTO, reader.n_documents) is not None:
-                snapshot.document_frequencies  # counted here, before the swap, not in the next search request
+            snapshot.document_frequencies  # counted here, before the swap, not in the next search request
             self.snapshot = snapshot
             return {"generation": generation, "n_documents": reader.n_documents}
         finally:
