@@ -71,6 +71,17 @@ def encoded(model, data_dir: Path, kind: str, index: Path | None = None) -> tupl
     return encoding, ids
 
 
+def encoded_texts(model, name: str, texts: list[str]) -> SparseEncoding:
+    """Documents encoding of `texts` (e.g. distractors), cached under `name` and the model's digest."""
+    path = CACHE / f"{name}-{model.digest()}-document.npz"
+    if path.exists():
+        return _load(path)[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    encoding = model.encode(texts, "document", batch_size=64, show_progress=True)
+    _save(path, encoding, [str(i) for i in range(len(texts))])
+    return encoding
+
+
 def backbone_digest(model) -> str:
     """The backbone's weights and the bucket layers: token states depend on nothing else (frozen backbones)."""
     h = hashlib.blake2b(digest_size=8)

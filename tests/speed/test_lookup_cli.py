@@ -63,3 +63,27 @@ def test_search_lookup_refusals(built, tmp_path, cli):
     code, _, err = cli(["search", "--model", str(other), "--index", str(root / "index"), "--query", QUERY,
                        "--lookup"])
     assert code == 2 and "no lookup table" in err
+
+
+def test_serve_lookup_ranks_queries_with_the_table_and_refuses_what_it_cannot(built, scifact_mini_dir, cli):
+    from fastapi.testclient import TestClient
+
+    from uhdsearch.cli.serve import open_service
+    from uhdsearch.serving.app import create_app
+    from uhdsearch.serving.settings import ServeSettings
+
+    root, model, index = built
+    code, _, err = cli(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir), "--keep", "8",
+                        "--documents", "60"])
+    assert code == 0, err
+    service = open_service(root / "index", root / "model", scifact_mini_dir, False, False, 0, lookup=True)
+    table = LookupEncoder.load(root / "model", model)
+    with TestClient(create_app(service, ServeSettings())) as client:
+        hits = client.get("/search", params={"q": QUERY, "k": 5}).json()["results"][0]["hits"]
+    assert [h["doc_id"] for h in hits] == Searcher(table, index).search({"q1": QUERY}, k=5).doc_ids("q1")
+    assert [h["doc_id"] for h in hits] != Searcher(model, index).search({"q1": QUERY}, k=5).doc_ids("q1")
+    code, _, err = cli(["serve", str(root / "index"), "--model", str(root / "model"), "--lookup", "--onnx"])
+    assert code == 2 and "--lookup" in err
+    (root / "model" / "query_lookup.npz").unlink()
+    code, _, err = cli(["serve", str(root / "index"), "--model", str(root / "model"), "--lookup"])
+    assert code == 2 and "no lookup table" in err

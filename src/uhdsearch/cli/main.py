@@ -212,6 +212,10 @@ def search(
                                "the documents (stop dimensions), e.g. 0.1; 'none' keeps all; 'auto': 0.3 on "
                                "indexes of 1,000 documents or more."),
     idf: bool = typer.Option(False, "--idf", help="Weight query dims by IDF (binary: 4-bit levels, exact)."),
+    cascade: str = typer.Option("auto", "--cascade", help="Two passes: query dims active in at most FIRST_MAX_DF "
+                                "of the documents pick DEPTH candidates, the rest are counted for those only "
+                                "(not exact); e.g. 0.1:100; 'none': exact; 'auto': 0.1:100 on binary indexes of "
+                                "100,000 documents or more."),
     lookup: bool = typer.Option(False, "--lookup", help="Encode queries by table lookup (MODEL/query_lookup.npz, "
                                 "built by `uhdsearch lookup`): ~0.3 ms a query, lower quality."),
     duplicate_queries: str = typer.Option("error", "--duplicate-queries", help="A query id on two lines of "
@@ -243,7 +247,10 @@ def search(
         overrides["query_k"] = query_k or None
     from uhdsearch.search.stopdims import parse_max_df
 
+    from uhdsearch.search.cascade import parse_cascade
+
     threshold = parse_max_df(max_df)
+    two_pass = parse_cascade(cascade)
     if lookup and (onnx or wta_k is not None):
         raise UsageError("--lookup encodes queries by a table fixed when `uhdsearch lookup` built it: --onnx and "
                          "--wta-k do not apply to it")
@@ -262,7 +269,7 @@ def search(
         table = LookupEncoder.load(model, UHDEncoder.from_pretrained(model) if overrides else encoder)
         table.config = encoder.config  # --query-k applies to the looked-up queries too
         encoder = table
-    searcher = Searcher(encoder, index, scoring=scoring, max_df=threshold, idf=idf)
+    searcher = Searcher(encoder, index, scoring=scoring, max_df=threshold, idf=idf, cascade=two_pass)
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
     sys.stdout.write(format_run(run))
 

@@ -39,6 +39,9 @@ def serve(
                                 "0: one per CPU core, each with one torch thread."),
     onnx: bool = typer.Option(False, "--onnx", help="Encode queries with the backbone in ONNX Runtime (~2x "
                               "faster on a CPU; the same float32 graph, as `uhdsearch search --onnx`)."),
+    lookup: bool = typer.Option(False, "--lookup", help="Encode queries by table lookup (MODEL/query_lookup.npz, "
+                                "built by `uhdsearch lookup`): ~0.3 ms a query, lower quality; documents added "
+                                "and /explain still use the full model."),
     shards: int = typer.Option(0, "--shards", help="Split the index (static, or a segmented one's live "
                                "documents) into N shards searched in parallel on Ray actors (extra: ray); "
                                "read-only. 0: one index in this process."),
@@ -77,10 +80,13 @@ def serve(
         raise UsageError("--ray, --shard-dir and --replicas apply to --shards N")
     if replicas < 1:
         raise UsageError(f"--replicas {replicas} must be a positive number of actors per shard")
+    if lookup and (onnx or shards):
+        raise UsageError("--lookup encodes queries by its table: --onnx (the backbone's runtime) and --shards "
+                         "(whose actors encode with the full model) do not combine with it")
     sharding = (shards, None if ray_address in (None, "local") else ray_address, shard_dir, replicas) \
         if shards else None
     service = open_service(index_dir, model, data, bm25, not read_only, typical_sample, sharding,
-                           onnx_threads=torch_threads if onnx else None)
+                           onnx_threads=torch_threads if onnx else None, lookup=lookup)
     import torch
 
     torch.set_num_threads(torch_threads)  # only now: option errors must leave the calling process as it was
@@ -91,7 +97,7 @@ def serve(
 
 def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool, writable: bool,
                  typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path], int] | None = None,
-                 onnx_threads: int | None = None):
+                 onnx_threads: int | None = None, lookup: bool = False):
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_corpus
     from uhdsearch.serving.service import SearchService
@@ -116,5 +122,11 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
         n_shards, address, shard_dir, replicas = sharding
         return open_sharded_service(encoder, index_dir, n_shards, address, shard_dir, corpus, retriever,
                                     typical_sample if corpus else 0, replicas=replicas)
-    return SearchService.open(encoder, index_dir, corpus, writable, retriever,
-                              typical_sample if corpus else 0)
+    table = None
+    if lookup:  # read before the index is opened (and a writable one locked)
+        from uhdsearch.encoder.lookup import LookupEncoder
+
+        table = LookupEncoder.load(model, encoder)
+    service = SearchService.open(encoder, index_dir, corpus, writable, retriever, typical_sample if corpus else 0)
+    service.query_encoder = table
+    return service

@@ -108,3 +108,20 @@ def check_search_args(index: SearchableIndex, queries, k, bucket_weights, scorin
                              f"{deleted.dtype}")
     if n_threads is not None and (not isinstance(n_threads, (int, np.integer)) or n_threads < 1):
         raise UsageError(f"n_threads={n_threads!r} must be a positive integer or None")
+
+
+def check_overlap_args(index, query, numbers) -> None:
+    """The argument checks of every `overlap_counts` (InvertedIndex and SegmentedIndex)."""
+    if not isinstance(query, SparseEncoding):
+        raise TypeError(f"query must be a SparseEncoding, got {type(query).__name__}")
+    if query.dim != index.dim or query.n_buckets != index.n_buckets:
+        raise DimensionMismatchError(f"the query has dim={query.dim} and {query.n_buckets} buckets; the index has "
+                                     f"dim={index.dim} and {index.n_buckets}")
+    if query.n != 1:
+        raise DimensionMismatchError(f"overlap_counts scores one query row, got {query.n}")
+    numbers = np.asarray(numbers)
+    if numbers.ndim != 1 or (numbers.size and not np.issubdtype(numbers.dtype, np.integer)):
+        raise UsageError(f"numbers must be a 1-D array of doc numbers, got {numbers.shape} {numbers.dtype}")
+    if numbers.size and (numbers.min() < 0 or numbers.max() >= len(index.doc_ids)):
+        raise UsageError(f"doc numbers must lie in [0, {len(index.doc_ids)}), got {int(numbers.min())}.."
+                         f"{int(numbers.max())}")

@@ -21,9 +21,10 @@ import scipy.sparse as sp
 
 from uhdsearch.errors import IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
-from uhdsearch.index.base import Scoring, check_search_args
+from uhdsearch.index.base import Scoring, check_overlap_args, check_search_args
 from uhdsearch.index.kernels import dispatch
 from uhdsearch.index.kernels.levels import check_levels
+from uhdsearch.index.kernels.probe import probe_counts
 from uhdsearch.index.kernels.validation import blocks_are_valid
 from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
 from uhdsearch.io import atomic_directory, load_npy, prefault_all, recover_directory, save_npy, write_json
@@ -283,6 +284,36 @@ class InvertedIndex:
     def document_frequencies(self, bucket: int = 0) -> np.ndarray:
         """(dim,) int64 number of documents in which each dimension is active."""
         return np.diff(np.asarray(self.buckets[bucket].indptr))
+
+    def overlap_counts(self, query: SparseEncoding, numbers: np.ndarray, quantized: bool = False) -> np.ndarray:
+        """(n_buckets, len(numbers)) int64: per bucket, the active dims that one query row shares with each of the
+        given documents (or the sum of the query's integer weights of those dims, when `quantized`).
+
+        Reads only the words of the bitmaps and the blocks of the lists that hold the given documents: the cost
+        grows with len(numbers) x the query's dims, not with the index (search/cascade.py's second pass).
+
+        Raises:
+            DimensionMismatchError: a query of another dim or bucket count, or more than one row.
+            UsageError: a number outside the index.
+        """
+        check_overlap_args(self, query, numbers)
+        if quantized:
+            check_levels(query)
+        numbers = np.asarray(numbers, np.int64)
+        order = np.argsort(numbers, kind="stable")
+        docs = np.ascontiguousarray(numbers[order])
+        counts = np.zeros((self.n_buckets, numbers.shape[0]), np.int64)
+        words = n_words(self.n_documents)
+        for b, (postings, m) in enumerate(zip(self.buckets, query.buckets)):
+            if m.nnz == 0 or docs.shape[0] == 0:
+                continue
+            sorted_counts = np.zeros(docs.shape[0], np.int64)
+            probe_counts(postings.indptr, postings.bitmap_rows, postings.bitmaps, postings.block_ptr,
+                         postings.payload_ptr, postings.blocks, postings.payload, words,
+                         np.asarray(m.indices, np.int64), np.asarray(m.data, np.float32), quantized, docs,
+                         sorted_counts)
+            counts[b, order] = sorted_counts
+        return counts
 
 
 class BinaryIndex(InvertedIndex):

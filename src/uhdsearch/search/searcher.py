@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.base import Scoring, SearchableIndex, hits_per_query
+from uhdsearch.search.cascade import Cascade, cascade_search, resolve_cascade
 from uhdsearch.search.stopdims import AUTO, QueryWeighting, resolve_max_df
 from uhdsearch.topk import tie_order
 from uhdsearch.sparse import SparseEncoding
@@ -35,6 +36,9 @@ class Searcher:
             the time of binary at 1M documents), weighted scoring multiplies the query values by the IDF.
         bucket_predictor: a BucketWeightPredictor (search/bucket_predictor.py, e.g. `.load(model_dir)`): search()
             picks each query's bucket weights with it instead of `bucket_weights`.
+        cascade: a `Cascade` (search/cascade.py): the rare query dims choose candidates, the frequent ones are
+            counted for those only; not exact. "auto" (the default): `Cascade()` on indexes of 100,000 documents
+            or more with binary scoring, none below; None: exact search.
 
     Example:
         >>> from uhdsearch.encoder.config import EncoderConfig
@@ -62,6 +66,7 @@ class Searcher:
         idf: bool = False,
         bucket_predictor=None,
         document_frequencies: list[np.ndarray] | None = None,
+        cascade: Cascade | str | None = AUTO,
     ) -> None:
         config = encoder.config
         # Checked here, once, with the encoder named: the index's own checks only see encoded queries.
@@ -98,17 +103,23 @@ class Searcher:
         max_df = resolve_max_df(None if (max_df == AUTO and bucket_predictor is not None) else max_df,
                                 index.n_documents)
         self.max_df = max_df
-        if max_df is None and not idf:
-            self.weighting = None
-        elif document_frequencies is not None:
+        self._kernel_scoring: Scoring = "quantized" if (idf and self.scoring == "binary") else self.scoring
+        if bucket_predictor is not None and cascade not in (AUTO, None):
+            raise UsageError("a bucket predictor cannot be combined with the cascade (its weights differ per query)")
+        self.cascade = resolve_cascade(
+            None if (cascade == AUTO and bucket_predictor is not None) else cascade, index.n_documents,
+            self._kernel_scoring != "weighted" and hasattr(index, "overlap_counts") and bucket_predictor is None)
+        if document_frequencies is not None:
             if len(document_frequencies) != index.n_buckets or any(
                     np.shape(f) != (index.dim,) for f in document_frequencies):
                 raise DimensionMismatchError(f"document_frequencies: give one ({index.dim},) array per bucket "
                                              f"({index.n_buckets})")
-            self.weighting = QueryWeighting(document_frequencies, int(index.n_documents), max_df, idf)
-        else:
-            self.weighting = QueryWeighting.of_index(index, max_df, idf)
-        self._kernel_scoring: Scoring = "quantized" if (idf and self.scoring == "binary") else self.scoring
+        elif max_df is not None or idf or self.cascade is not None:
+            document_frequencies = [np.asarray(index.document_frequencies(b), np.int64)
+                                    for b in range(index.n_buckets)]
+        self._document_frequencies = document_frequencies
+        self.weighting = None if (max_df is None and not idf) else QueryWeighting(
+            document_frequencies, int(index.n_documents), max_df, idf)
         weights = tuple(float(w) for w in bucket_weights) if bucket_weights is not None else config.weights
         if not all(np.isfinite(weights)):
             raise UsageError(f"bucket_weights={list(weights)} must be finite numbers")
@@ -125,7 +136,10 @@ class Searcher:
                 raise UsageError(f"the bucket predictor was fitted for {bucket_predictor.scoring} scoring; this "
                                  f"searcher scores {self._kernel_scoring}")
         self.bucket_predictor = bucket_predictor
-        self.name = name or f"uhd-{self.scoring}" + ("-idf" if idf else "") + (f"-df{explicit:g}" if explicit else "")
+        named_cascade = f"-cascade{self.cascade.first_max_df:g}x{self.cascade.depth}" if cascade != AUTO and \
+            self.cascade else ""
+        self.name = name or (f"uhd-{self.scoring}" + ("-idf" if idf else "") + (f"-df{explicit:g}" if explicit else "")
+                             + named_cascade)
         self._documents: SparseEncoding | None = None  # the index's vectors, loaded by the first rerank
 
     def encode(self, queries: Sequence[Query]) -> SparseEncoding:
@@ -172,6 +186,9 @@ class Searcher:
         return run
 
     def _search_encoded(self, encoded: SparseEncoding, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.cascade is not None:
+            return cascade_search(self.index, encoded, self._document_frequencies, k, self.bucket_weights,
+                                  self._kernel_scoring, self.cascade)
         if self.bucket_predictor is None:
             return self.index.search_encoded(encoded, k, self.bucket_weights, self._kernel_scoring)
         predictor = self.bucket_predictor

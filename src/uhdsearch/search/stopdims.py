@@ -133,7 +133,7 @@ class QueryWeighting:
         for m, df in zip(queries.buckets, self.document_frequencies):
             limit = np.inf if self.max_df is None else self.max_df * self.n_documents
             keep_dim = (df > 0) & (df <= limit)
-            out.append(_mask(m, keep_dim[m.indices]))
+            out.append(mask_entries(m, keep_dim[m.indices]))
         return SparseEncoding(out, queries.truncated)
 
     def quantize(self, queries: SparseEncoding) -> SparseEncoding:
@@ -147,7 +147,8 @@ class QueryWeighting:
                                for m, w in zip(queries.buckets, self._idf)], queries.truncated)
 
 
-def _mask(m: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
+def mask_entries(m: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
+    """The CSR rows of `m` with only the entries where `keep` (one flag per stored entry) is true."""
     rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))[keep]
     indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=m.shape[0])))).astype(m.indptr.dtype)
     return sp.csr_matrix((m.data[keep], m.indices[keep], indptr), shape=m.shape)

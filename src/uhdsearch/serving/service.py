@@ -91,6 +91,7 @@ class SearchService:
     bm25: object | None = None
     typical: TypicalTokens | None = None
     on_encode: Callable[[float], None] = lambda seconds: None
+    query_encoder: object | None = None  # e.g. a LookupEncoder (inference-free queries); None: `encoder`
     _write_lock: threading.Lock = field(default_factory=threading.Lock)
     _pending: list[Document] = field(default_factory=list)
 
@@ -134,7 +135,8 @@ class SearchService:
 
     # ------------------------------------------------------------------ reading
     def searcher(self, snapshot: Snapshot, options: SearchOptions) -> Searcher:
-        searcher = Searcher(_TimedEncoder(self.encoder, self.on_encode), snapshot.index, scoring=options.scoring,
+        searcher = Searcher(_TimedEncoder(self.query_encoder or self.encoder, self.on_encode), snapshot.index,
+                            scoring=options.scoring,
                             query_k=options.query_k or None, bucket_weights=options.bucket_weights,
                             max_df=options.max_df, document_frequencies=snapshot.document_frequencies)
         if options.query_k == 0:

@@ -67,3 +67,18 @@ def live_document_frequencies(parts: Sequence[Part], dim: int, bucket: int) -> n
             gone = index.document_vectors().buckets[bucket][np.flatnonzero(mask)]
             total -= np.bincount(gone.indices, minlength=dim)
     return total
+
+
+def overlap_counts_parts(parts: Sequence[Part], query: SparseEncoding, numbers: np.ndarray,
+                         quantized: bool) -> np.ndarray:
+    """InvertedIndex.overlap_counts over parts, for global doc numbers."""
+    numbers = np.asarray(numbers, np.int64)
+    counts = np.zeros((query.n_buckets, numbers.shape[0]), np.int64)
+    offset = 0
+    for index, _, _ in parts:
+        n = index.n_documents
+        inside = np.flatnonzero((numbers >= offset) & (numbers < offset + n))
+        if inside.size:
+            counts[:, inside] = index.overlap_counts(query, numbers[inside] - offset, quantized)
+        offset += n
+    return counts

@@ -17,7 +17,7 @@ import numpy as np
 
 from uhdsearch.errors import DataFormatError, IndexLockedError, UsageError
 from uhdsearch.index import format as fmt
-from uhdsearch.index.base import Scoring, check_search_args
+from uhdsearch.index.base import Scoring, check_overlap_args, check_search_args
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
 from uhdsearch.index.live import commit as cp
 from uhdsearch.index.live.additions import check_additions
@@ -25,7 +25,7 @@ from uhdsearch.index.live.deletions import LiveDocuments, visible_doc_ids
 from uhdsearch.index.live.leftovers import leftovers, referenced_by_any_commit, remove
 from uhdsearch.index.live.lock import WriteLock
 from uhdsearch.index.live.merges import BackgroundMerge, merge_segments, positive_int, start_background_merge
-from uhdsearch.index.live.segment_search import Part, live_document_frequencies, search_parts
+from uhdsearch.index.live.segment_search import Part, live_document_frequencies, overlap_counts_parts, search_parts
 from uhdsearch.io import prefault_all
 from uhdsearch.sparse import SparseEncoding
 
@@ -343,6 +343,11 @@ class SegmentedIndex:
         check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
         depth = min(int(k), self.n_documents)
         return search_parts(self._parts(), queries, k, depth, bucket_weights, scoring, deleted, n_threads)
+
+    def overlap_counts(self, query: SparseEncoding, numbers: np.ndarray, quantized: bool = False) -> np.ndarray:
+        """Per bucket, the dims one query row shares with each given global doc number (InvertedIndex's)."""
+        check_overlap_args(self, query, numbers)
+        return overlap_counts_parts(self._parts(), query, numbers, quantized)
 
     def warm_up(self, background: bool = False) -> threading.Thread | None:
         """Fault every segment's memory-mapped pages in now (see InvertedIndex.warm_up)."""

@@ -1,0 +1,197 @@
+"""The cascade (search/cascade.py): nDCG@10 against exact search over a grid, then ms per query at 1M documents.
+
+quality: the quickstart model's encodings of SciFact, CISI and Medline (benchmarks/encoded_cache.py), each alone
+and with `n_distractors` dictionary definitions added of at most `max_chars` characters (studies/distractors.py, encoded by the same model: the size
+at which "auto" turns the cascade on). Queries as the Searcher sends them by default (stop dims above max_df 0.3
+dropped). Every grid cell and exact search, nDCG@10 and the share of exact search's top 10 kept; SciFact *train*
+queries choose, test splits are scored in the same run and read only after the choice.
+
+speed: the synthetic 1M binary index (benchmarks/synthetic_binary.py) with the SciFact test queries encoded by the
+same model, one thread, k = 10, exact search and every grid cell timed interleaved query by query, bm25s on
+dictionary text of the same size in the same process. Then the choice: the fastest cell whose SciFact-train nDCG@10
+with distractors is at least exact search's.
+
+    .venv/bin/python benchmarks/cascade.py quality    # ~15 min the first time (encodes 100k definitions)
+    .venv/bin/python benchmarks/cascade.py speed      # quiet cores: the timings are the point
+
+Writes benchmarks/results/cascade_quality.json and cascade.json; prints tables. Settings: configs/cascade.toml.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from uhdsearch.evaluation.datasets import load_beir
+from uhdsearch.evaluation.metrics import evaluate
+from uhdsearch.index.base import hits_per_query
+from uhdsearch.index.inverted import BinaryIndex, InvertedIndex
+from uhdsearch.search.cascade import Cascade, cascade_search
+from uhdsearch.search.stopdims import QueryWeighting
+from uhdsearch.sparse import SparseEncoding
+from uhdsearch.types import Run, ScoredDoc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encoded_cache import encoded, encoded_texts  # noqa: E402
+from settings import ROOT, comma_list, parse_args, record  # noqa: E402
+
+QUALITY_JSON = ROOT / "benchmarks" / "results" / "cascade_quality.json"
+SPEED_JSON = ROOT / "benchmarks" / "results" / "cascade.json"
+K = 10
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cells(args) -> list[Cascade]:
+    return [Cascade(f, d) for f in args.first_max_df for d in args.depth]
+
+
+def label(cascade: Cascade | None) -> str:
+    return "exact" if cascade is None else f"{cascade.first_max_df:g}:{cascade.depth}"
+
+
+def stack(a: SparseEncoding, b: SparseEncoding) -> SparseEncoding:
+    import scipy.sparse as sp
+
+    return SparseEncoding([sp.vstack([x, y]).tocsr() for x, y in zip(a.buckets, b.buckets)])
+
+
+def score_grid(index, queries: SparseEncoding, ids: list[str], qrels, weights, args) -> list[dict]:
+    weighting = QueryWeighting.of_index(index, args.max_df)
+    kept = weighting.drop(queries)
+    dfs = weighting.document_frequencies
+    exact_numbers, exact_scores = index.search_encoded(kept, K, weights, "binary")
+    rows = []
+    for cascade in [None] + cells(args):
+        if cascade is None:
+            numbers, scores = exact_numbers, exact_scores
+        else:
+            numbers, scores = cascade_search(index, kept, dfs, K, weights, "binary", cascade)
+        run = Run(results={q: [ScoredDoc(d, s) for d, s in hits]
+                           for q, hits in zip(ids, hits_per_query(numbers, scores, index.doc_ids))})
+        kept_share = np.mean([len(set(a[a >= 0]) & set(b[b >= 0])) / max(1, int((b >= 0).sum()))
+                              for a, b in zip(numbers, exact_numbers)])
+        rows.append({"cascade": label(cascade), "nDCG@10": round(evaluate(run, qrels, ["nDCG@10"])["nDCG@10"], 4),
+                     "exact_top10_kept": round(float(kept_share), 4)})
+    return rows
+
+
+def short_definitions(units, n: int, max_chars: int, seed: int) -> tuple[list[str], str]:
+    """n seeded dictionary texts of at most max_chars characters: the long GCIDE entries would take hours to
+    encode on 2 cores (8 a second, 256 tokens each), short ones about 100 a second."""
+    short = [u for u in units if len(u) <= max_chars]
+    order = np.random.default_rng(seed).permutation(len(short))[:n]
+    return [short[i] for i in order], f"{n:,} of the {len(short):,} GCIDE entries and WordNet glosses of at most " \
+                                      f"{max_chars} characters"
+
+
+def quality(args, config, settings) -> None:
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.studies.distractors import dictionary_units
+
+    start = time.time()
+    model = UHDEncoder.from_pretrained(ROOT / args.model)
+    texts, how = short_definitions(dictionary_units()[0], args.n_distractors, args.max_chars, args.seed)
+    distractors = encoded_texts(model, f"dictionary-{args.n_distractors}-max{args.max_chars}-seed{args.seed}", texts)
+    result = {"script": "benchmarks/cascade.py quality", **record(config, settings), "model_digest": model.digest(),
+              "distractors": how, "grids": {}}
+    for name in args.collections:
+        data_dir = ROOT / args.data_root / name
+        docs, doc_ids = encoded(model, data_dir, "document")
+        queries, query_ids = encoded(model, data_dir, "query")
+        row_of = {q: i for i, q in enumerate(query_ids)}
+        for scale, (encoding, ids) in {"alone": (docs, doc_ids), f"+{args.n_distractors}": (
+                stack(docs, distractors), doc_ids + [f"distractor-{i}" for i in range(distractors.n)])}.items():
+            index = BinaryIndex.from_encoding(encoding, ids, None)
+            for split in ("train", "test") if name == "scifact" else ("test",):
+                data = load_beir(data_dir, split)
+                qids = [q.query_id for q in data.queries if q.query_id in data.qrels]
+                key = f"{name}:{split}:{scale}"
+                rows = score_grid(index, queries[np.array([row_of[q] for q in qids])], qids, data.qrels,
+                                  model.config.weights, args)
+                result["grids"][key] = rows
+                log(f"{key} ({index.n_documents:,} documents, {len(qids)} queries): "
+                    + ", ".join(f"{r['cascade']} {r['nDCG@10']:.4f}" for r in rows))
+    result["wall_s"] = round(time.time() - start, 1)
+    QUALITY_JSON.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {QUALITY_JSON}")
+
+
+def speed(args, config, settings) -> None:
+    from speed_peers import bench_bm25s
+    from speed_stats import load_stats
+    from stop_dims_speed import interleaved_ms
+    from synthetic_binary import binary_index_dir
+
+    quality_result = json.loads(QUALITY_JSON.read_text())
+    _, queries, _ = load_stats()
+    queries = queries[:args.n_queries]
+    load_start = os.getloadavg()
+    index = InvertedIndex.load(binary_index_dir(args.n_documents, args.seed), mmap=True, verify=False)
+    index.warm_up()
+    weighting = QueryWeighting.of_index(index, args.max_df)
+    kept = weighting.drop(queries)
+    dfs = weighting.document_frequencies
+    rows = [kept[i:i + 1] for i in range(kept.n)]
+    systems = {"exact": (lambda q: index.search_encoded(q, K, [1.0], "binary", n_threads=1), rows)}
+    for cascade in cells(args):
+        systems[label(cascade)] = (
+            lambda q, c=cascade: cascade_search(index, q, dfs, K, [1.0], "binary", c, n_threads=1), rows)
+    times = interleaved_ms(systems, kept.n)
+    del index
+    bm25 = bench_bm25s(args.n_documents, kept.n, args.seed)[0]
+    train = {r["cascade"]: r for r in quality_result["grids"][f"scifact:train:+{args.n_distractors}"]}
+    table = []
+    for name, t in times.items():
+        p50 = float(np.median(t))
+        table.append({"cascade": name, "p50_ms": round(p50, 3), "p95_ms": round(float(np.quantile(t, 0.95)), 3),
+                      "x_bm25s": round(p50 / bm25["p50_ms"], 4), "x_exact": round(p50 / np.median(times["exact"]), 3),
+                      "train_nDCG@10": train[name]["nDCG@10"]})
+    floor = train["exact"]["nDCG@10"]
+    eligible = [r for r in table if r["cascade"] != "exact" and r["train_nDCG@10"] >= floor]
+    chosen = min(eligible, key=lambda r: r["p50_ms"])["cascade"] if eligible else None
+    test = {key: next(r for r in rows if r["cascade"] == chosen) | {"exact": rows[0]["nDCG@10"]}
+            for key, rows in quality_result["grids"].items() if ":test:" in key} if chosen else {}
+    print(f"{'cascade':<10} {'p50 ms':>8} {'p95 ms':>8} {'x bm25s':>8} {'x exact':>8} {'train nDCG@10':>14}")
+    for r in table:
+        print(f"{r['cascade']:<10} {r['p50_ms']:>8.3f} {r['p95_ms']:>8.3f} {r['x_bm25s']:>8.4f} {r['x_exact']:>8.3f} "
+              f"{r['train_nDCG@10']:>14.4f}")
+    print(f"bm25s p50 {bm25['p50_ms']:.3f} ms; chosen on SciFact train (+distractors, nDCG@10 >= exact {floor:.4f},"
+          f" fastest): {chosen}")
+    for key, r in test.items():
+        print(f"  {key}: exact {r['exact']:.4f}, cascade {r['nDCG@10']:.4f} (exact top 10 kept {r['exact_top10_kept']})")
+    settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
+    SPEED_JSON.write_text(json.dumps({
+        "script": "benchmarks/cascade.py speed", **record(config, settings), "threads": 1, "k": K,
+        "n_documents": args.n_documents, "n_queries": kept.n, "bm25s_p50_ms": round(bm25["p50_ms"], 3),
+        "load_average_at_start": [round(x, 2) for x in load_start],
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "rows": table, "chosen": chosen,
+        "chosen_test": test}, indent=1) + "\n")
+    log(f"wrote {SPEED_JSON}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("part", choices=["quality", "speed"])
+    parser.add_argument("--model", type=Path)
+    parser.add_argument("--data-root", type=Path)
+    parser.add_argument("--collections", type=comma_list())
+    parser.add_argument("--n-distractors", type=int)
+    parser.add_argument("--first-max-df", type=comma_list(float))
+    parser.add_argument("--depth", type=comma_list(int))
+    parser.add_argument("--n-documents", type=int)
+    parser.add_argument("--n-queries", type=int)
+    args, config, settings = parse_args(parser, "cascade", argv)
+    settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
+    (quality if args.part == "quality" else speed)(args, config, settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Two-pass binary search: the rare query dims choose candidates, the frequent ones are counted for those alone.
+
+A 1M-document search reads every kept query dim's bitmap in full, and the frequent dims (active in 10-30 % of the
+documents) are most of those bytes. The first pass scores only the dims active in at most `first_max_df` of the
+documents and keeps its top `depth`; the second adds, for those candidates only, the dims it left out
+(index.overlap_counts: a bit test or a block seek per candidate and dim). The result is the exact top-k *among
+the candidates*; a document none of whose rare dims match the query is never a candidate. Queries whose first
+pass finds fewer than k documents are searched exactly.
+
+How the defaults were chosen, and what the cascade costs in quality and saves in time, is in
+benchmarks/cascade.py (train queries; the README's "Stop dimensions and the cascade").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from uhdsearch.errors import UsageError
+from uhdsearch.search.stopdims import mask_entries
+from uhdsearch.sparse import SparseEncoding
+from uhdsearch.topk import tie_order
+
+FIRST_MAX_DF = 0.1
+DEPTH = 100
+MIN_DOCUMENTS = 100_000  # "auto" turns the cascade on from here; below it a search reads little anyway
+
+
+@dataclass(frozen=True)
+class Cascade:
+    """first_max_df: the first pass keeps query dims active in at most this fraction of the documents.
+    depth: candidates the first pass hands to the second (at least k are taken).
+
+    Example:
+        >>> Cascade(0.05, 200)
+        Cascade(first_max_df=0.05, depth=200)
+        >>> Cascade(0, 10)
+        Traceback (most recent call last):
+        uhdsearch.errors.UsageError: cascade first_max_df=0 must be a fraction of the documents in (0, 1]
+    """
+
+    first_max_df: float = FIRST_MAX_DF
+    depth: int = DEPTH
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.first_max_df, (int, float)) and 0 < self.first_max_df <= 1):
+            raise UsageError(f"cascade first_max_df={self.first_max_df!r} must be a fraction of the documents in (0, 1]")
+        if not isinstance(self.depth, (int, np.integer)) or isinstance(self.depth, bool) or self.depth < 1:
+            raise UsageError(f"cascade depth={self.depth!r} must be a positive integer")
+
+
+def resolve_cascade(cascade, n_documents: int, can_cascade: bool) -> Cascade | None:
+    """"auto" -> Cascade() on indexes of MIN_DOCUMENTS or more that can take it, else None.
+
+    Example:
+        >>> resolve_cascade("auto", 1_000_000, True), resolve_cascade("auto", 5183, True)
+        (Cascade(first_max_df=0.1, depth=100), None)
+    """
+    if isinstance(cascade, str):
+        if cascade != "auto":
+            raise UsageError(f"cascade={cascade!r}; give a Cascade, None, or 'auto'")
+        return Cascade() if (can_cascade and n_documents >= MIN_DOCUMENTS) else None
+    if cascade is not None and not isinstance(cascade, Cascade):
+        raise UsageError(f"cascade={cascade!r}; give a Cascade, None, or 'auto'")
+    if cascade is not None and not can_cascade:
+        raise UsageError("the cascade needs binary scoring and an index with overlap_counts "
+                         "(InvertedIndex or SegmentedIndex)")
+    return cascade
+
+
+def parse_cascade(text: str) -> Cascade | str | None:
+    """--cascade: "auto", "none", or FIRST_MAX_DF:DEPTH.
+
+    Example:
+        >>> parse_cascade("auto"), parse_cascade("none"), parse_cascade("0.05:300")
+        ('auto', None, Cascade(first_max_df=0.05, depth=300))
+    """
+    word = text.strip().lower()
+    if word in ("auto", "none"):
+        return None if word == "none" else "auto"
+    first, _, depth = text.partition(":")
+    try:
+        return Cascade(float(first), int(depth))
+    except ValueError:
+        raise UsageError(f"--cascade {text!r}: give 'auto', 'none' or FIRST_MAX_DF:DEPTH, e.g. 0.1:100") from None
+
+
+def split_by_frequency(queries: SparseEncoding, document_frequencies, limit: float) -> tuple[SparseEncoding,
+                                                                                           SparseEncoding]:
+    """(rare, frequent): the query dims active in at most `limit` documents, and the rest."""
+    rare, frequent = [], []
+    for m, df in zip(queries.buckets, document_frequencies):
+        is_rare = np.asarray(df)[m.indices] <= limit
+        rare.append(mask_entries(m, is_rare))
+        frequent.append(mask_entries(m, ~is_rare))
+    return SparseEncoding(rare, queries.truncated), SparseEncoding(frequent, queries.truncated)
+
+
+def cascade_search(index, queries: SparseEncoding, document_frequencies, k: int, bucket_weights, scoring: str,
+                   cascade: Cascade, n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """search_encoded's contract (numbers, scores padded with -1 and 0), by the two passes above.
+
+    scoring: "binary", or "quantized" (integer query weights).
+    n_threads: the first pass's (search_encoded's).
+    """
+    n_documents = index.n_documents
+    depth = min(k, n_documents)
+    rare, frequent = split_by_frequency(queries, document_frequencies, cascade.first_max_df * n_documents)
+    numbers, scores = index.search_encoded(rare, max(k, cascade.depth), bucket_weights, scoring, n_threads=n_threads)
+    out_numbers = np.full((queries.n, depth), -1, np.int64)
+    out_scores = np.zeros((queries.n, depth))
+    exact_rows = []
+    # One bucket weighted 1: the first pass's score is the exact integer count of the rare dims, so adding the
+    # frequent counts gives the exact full score; otherwise the float sums are redone over all dims, bucket by
+    # bucket in bucket order, as the kernels sum them.
+    additive = len(bucket_weights) == 1 and float(bucket_weights[0]) == 1.0
+    quantized = scoring == "quantized"
+    for row in range(queries.n):
+        found = numbers[row] >= 0
+        candidates = numbers[row, found]
+        if candidates.shape[0] < depth:
+            exact_rows.append(row)
+            continue
+        if additive:
+            one = frequent if queries.n == 1 else frequent[row:row + 1]  # a CSR slice costs ~30 us
+            total = scores[row, found] + index.overlap_counts(one, candidates, quantized)[0]
+        else:
+            counts = index.overlap_counts(queries if queries.n == 1 else queries[row:row + 1], candidates, quantized)
+            total = np.zeros(candidates.shape[0])
+            for weight, count in zip(bucket_weights, counts):
+                total += float(weight) * count
+        top = tie_order(total, candidates)[:depth]
+        out_numbers[row] = candidates[top]
+        out_scores[row] = total[top]
+    if exact_rows:
+        rows = np.array(exact_rows)
+        out_numbers[rows], out_scores[rows] = index.search_encoded(queries[rows], k, bucket_weights, scoring,
+                                                                   n_threads=n_threads)
+    return out_numbers, out_scores
+

@@ -1,0 +1,122 @@
+"""The cascade: the exact top-k among the first pass's candidates, exact where every dim is rare, refusals named."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from uhdsearch.errors import UsageError
+from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
+from uhdsearch.search.cascade import Cascade, cascade_search, resolve_cascade, split_by_frequency
+from uhdsearch.search.oracle import brute_force_scores
+from uhdsearch.search.searcher import Searcher
+from uhdsearch.sparse import SparseEncoding
+
+
+def random_binary(rng, n, dim, n_buckets, density):
+    """Rows whose dims have skewed frequencies (dim d active with probability ~ density * 3 / (1 + d / 8))."""
+    p = np.minimum(0.9, density * 3 / (1 + np.arange(dim) / 8))
+    return SparseEncoding([sp.csr_matrix((rng.random((n, dim)) < p).astype(np.float32)) for _ in range(n_buckets)])
+
+
+def expected_among_candidates(docs, queries, dfs, k, weights, scoring, cascade):
+    """Brute force: the first pass's top-depth by the rare dims' scores, then the full scores' top-k among them."""
+    n = docs.n
+    rare, _ = split_by_frequency(queries, dfs, cascade.first_max_df * n)
+    first = brute_force_scores(docs, rare, weights, scoring)
+    full = brute_force_scores(docs, queries, weights, scoring)
+    out = []
+    for row in range(queries.n):
+        hits = np.flatnonzero(first[row] > 0)
+        candidates = hits[np.lexsort((hits, -first[row, hits]))][:max(k, cascade.depth)]
+        if candidates.shape[0] < min(k, n):  # the cascade searches such a query exactly
+            candidates = np.flatnonzero(full[row] > 0)
+        top = candidates[np.lexsort((candidates, -full[row, candidates]))][:k]
+        out.append((top.tolist(), full[row, top].tolist()))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 400), dim=st.integers(2, 80), n_buckets=st.integers(1, 2),
+       density=st.floats(0.02, 0.3), k=st.integers(1, 30), depth=st.integers(1, 60),
+       first_max_df=st.sampled_from([0.02, 0.1, 0.3, 1.0]), quantized=st.booleans(), unit_weight=st.booleans())
+def test_the_cascade_ranks_its_candidates_exactly(seed, n, dim, n_buckets, density, k, depth, first_max_df,
+                                                  quantized, unit_weight):
+    rng = np.random.default_rng(seed)
+    docs = random_binary(rng, n, dim, n_buckets, density)
+    queries = random_binary(rng, 5, dim, n_buckets, density * 2)
+    if quantized:
+        queries = SparseEncoding([sp.csr_matrix((rng.integers(1, 16, m.nnz).astype(np.float32), m.indices,
+                                                 m.indptr), shape=m.shape) for m in queries.buckets])
+    scoring = "quantized" if quantized else "binary"
+    weights = [1.0] * n_buckets if unit_weight else rng.uniform(0.1, 2, n_buckets).round(2).tolist()
+    index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(n)], None)
+    dfs = [index.document_frequencies(b) for b in range(n_buckets)]
+    cascade = Cascade(first_max_df, depth)
+    numbers, scores = cascade_search(index, queries, dfs, k, weights, scoring, cascade)
+    assert numbers.shape == scores.shape == (5, min(k, n))
+    for row, (want_numbers, want_scores) in enumerate(expected_among_candidates(docs, queries, dfs, k, weights,
+                                                                               scoring, cascade)):
+        got = numbers[row][numbers[row] >= 0]
+        assert got.tolist() == want_numbers
+        assert np.allclose(scores[row, :got.shape[0]], want_scores, rtol=0, atol=1e-9)
+
+
+def test_with_every_dim_rare_it_is_exact_and_a_shallow_pass_is_not():
+    rng = np.random.default_rng(5)
+    docs = random_binary(rng, 300, 60, 1, 0.1)
+    queries = random_binary(rng, 8, 60, 1, 0.2)
+    index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(300)], None)
+    dfs = [index.document_frequencies(0)]
+    exact = index.search_encoded(queries, 10, [1.0], "binary")
+    numbers, scores = cascade_search(index, queries, dfs, 10, [1.0], "binary", Cascade(1.0, 10))
+    assert np.array_equal(numbers, exact[0]) and np.array_equal(scores, exact[1])
+    shallow = cascade_search(index, queries, dfs, 10, [1.0], "binary", Cascade(0.05, 10))
+    assert not np.array_equal(shallow[0], exact[0])  # the cascade is not exact in general
+
+
+def test_a_query_without_rare_dims_is_searched_exactly():
+    docs = SparseEncoding([sp.csr_matrix(np.array([[1, 1, 0], [1, 0, 1], [1, 1, 1], [0, 0, 1]], np.float32))])
+    index = BinaryIndex.from_encoding(docs, list("abcd"), None)
+    query = SparseEncoding([sp.csr_matrix(np.array([[1, 1, 0]], np.float32))])  # dfs 3 and 2 of 4: both frequent
+    numbers, scores = cascade_search(index, query, [index.document_frequencies(0)], 3, [1.0], "binary",
+                                     Cascade(0.25, 1))
+    assert numbers.tolist() == [[0, 2, 1]] and scores.tolist() == [[2.0, 2.0, 1.0]]
+
+
+def test_the_searcher_turns_it_on_from_100k_documents_and_refuses_what_it_cannot_cascade(tiny_encoder_session,
+                                                                                          mini_data, mini_encoding):
+    assert resolve_cascade("auto", 100_000, True) == Cascade() and resolve_cascade("auto", 99_999, True) is None
+    assert resolve_cascade("auto", 10**6, False) is None
+    ids = list(mini_data.corpus)
+    binary = BinaryIndex.from_encoding(mini_encoding, ids, None, tiny_encoder_session.digest())
+    assert Searcher(tiny_encoder_session, binary).cascade is None  # the mini corpus is far below 100k
+    searcher = Searcher(tiny_encoder_session, binary, cascade=Cascade(0.2, 5), max_df=None, query_k=30)
+    assert searcher.name == "uhd-binary-cascade0.2x5"
+    run = searcher.search(mini_data.queries, k=3)
+    encoded = searcher.encode(mini_data.queries)
+    dfs = [binary.document_frequencies(b) for b in range(binary.n_buckets)]
+    numbers, _ = cascade_search(binary, encoded, dfs, 3, searcher.bucket_weights, "binary", Cascade(0.2, 5))
+    assert [run.doc_ids(q.query_id) for q in mini_data.queries] == [[ids[i] for i in row if i >= 0]
+                                                                     for row in numbers]
+    weighted = WeightedIndex.from_encoding(mini_encoding, ids, None, tiny_encoder_session.digest())
+    with pytest.raises(UsageError, match="needs binary scoring"):
+        Searcher(tiny_encoder_session, weighted, scoring="weighted", cascade=Cascade())
+    with pytest.raises(UsageError, match="cascade depth=0"):
+        Cascade(0.1, 0)
+    with pytest.raises(UsageError, match="'auto', 'none' or FIRST_MAX_DF:DEPTH"):
+        from uhdsearch.search.cascade import parse_cascade
+        parse_cascade("0.1")
+
+
+def test_the_cli_takes_a_cascade_and_names_a_bad_one(cli, saved_model_and_index):
+    root, model, index = saved_model_and_index(60)
+    base = ["search", "--model", str(root / "model"), "--index", str(root / "index"), "--query",
+            "cancer cells", "--k", "5"]
+    code, exact, _ = cli(base + ["--cascade", "none"])
+    assert code == 0 and len(exact.splitlines()) == 5
+    code, deep, _ = cli(base + ["--cascade", "1:5"])  # every dim in the first pass: the exact ranking
+    assert code == 0 and [line.split()[2] for line in deep.splitlines()] == \
+        [line.split()[2] for line in exact.splitlines()]
+    code, _, err = cli(base + ["--cascade", "0.1"])
+    assert code == 2 and "--cascade" in err
