@@ -176,6 +176,24 @@ def _fill(indptr, docs, words, is_bitmap, n_blocks, n_payload, bitmaps, blocks, 
 
 
 @numba.njit(cache=True)
+def decode_block(blocks, payload, payload_start, block, count, out, at):
+    """Write the `count` doc numbers of packed block `block` (of a dim whose payload starts at word
+    `payload_start`) to out[at:at + count]."""
+    doc = np.int64(blocks[2 * block])
+    meta = np.int64(blocks[2 * block + 1])
+    bits = meta & 31
+    start = payload_start + (meta >> 5)
+    mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
+    out[at] = doc
+    for j in range(1, count):
+        position = (j - 1) * bits
+        word = start + (position >> 5)
+        pair = np.uint64(payload[word]) | (np.uint64(payload[word + 1]) << np.uint64(32))
+        doc += np.int64((pair >> np.uint64(position & 31)) & mask) + 1
+        out[at + j] = doc
+
+
+@numba.njit(cache=True)
 def _decode_all(indptr, bitmap_rows, bitmaps, words, block_ptr, payload_ptr, blocks, payload, docs):
     for d in range(indptr.shape[0] - 1):
         out = indptr[d]
@@ -192,17 +210,5 @@ def _decode_all(indptr, bitmap_rows, bitmaps, words, block_ptr, payload_ptr, blo
         for block in range(block_ptr[d], block_ptr[d + 1]):
             count = min(BLOCK, remaining)
             remaining -= count
-            doc = np.int64(blocks[2 * block])
-            meta = np.int64(blocks[2 * block + 1])
-            bits = meta & 31
-            start = payload_ptr[d] + (meta >> 5)
-            mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
-            docs[out] = doc
-            out += 1
-            for j in range(1, count):
-                position = (j - 1) * bits
-                word = start + (position >> 5)
-                pair = np.uint64(payload[word]) | (np.uint64(payload[word + 1]) << np.uint64(32))
-                doc += np.int64((pair >> np.uint64(position & 31)) & mask) + 1
-                docs[out] = doc
-                out += 1
+            decode_block(blocks, payload, payload_ptr[d], block, count, docs, out)
+            out += count

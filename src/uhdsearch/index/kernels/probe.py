@@ -9,28 +9,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from uhdsearch.index.codec import BLOCK
+from uhdsearch.index.codec import BLOCK, decode_block
 from uhdsearch.index.kernels.lists import first_block
-
-
-@numba.njit(cache=True)
-def _decode_block(indptr, block_ptr, payload_ptr, blocks, payload, d, block, buffer):
-    """Decode block `block` of list dim d into buffer; returns its number of postings."""
-    first_posting = indptr[d] + (block - block_ptr[d]) * BLOCK
-    count = min(BLOCK, indptr[d + 1] - first_posting)
-    meta = np.int64(blocks[2 * block + 1])
-    bits = meta & 31
-    start = payload_ptr[d] + (meta >> 5)
-    mask = (np.uint64(1) << np.uint64(bits)) - np.uint64(1)
-    doc = np.int64(blocks[2 * block])
-    buffer[0] = doc
-    for i in range(1, count):
-        at = (i - 1) * bits
-        word = start + (at >> 5)
-        pair = np.uint64(payload[word]) | (np.uint64(payload[word + 1]) << np.uint64(32))
-        doc += np.int64((pair >> np.uint64(at & 31)) & mask) + 1
-        buffer[i] = doc
-    return count
 
 
 @numba.njit(cache=True)
@@ -64,7 +44,8 @@ def probe_counts(indptr, rows, bitmaps, block_ptr, payload_ptr, blocks, payload,
             if block != decoded:
                 if np.int64(blocks[2 * block]) > doc:  # before the dim's first posting
                     continue
-                size = _decode_block(indptr, block_ptr, payload_ptr, blocks, payload, d, block, buffer)
+                size = min(BLOCK, indptr[d + 1] - indptr[d] - (block - start) * BLOCK)
+                decode_block(blocks, payload, payload_ptr[d], block, size, buffer, 0)
                 decoded = block
             lo, hi = 0, size
             while lo < hi:  # first position >= doc
