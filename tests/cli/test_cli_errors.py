@@ -46,7 +46,7 @@ def test_weighted_scoring_needs_a_weighted_index(trained: Trained, capsys) -> No
 def test_unknown_variant(trained: Trained, scifact_mini_dir: Path, tmp_path: Path, capsys) -> None:
     code, out, err = run_cli(capsys, ["index", "--model", str(trained.model), "--data", str(scifact_mini_dir),
                                    "--out", str(tmp_path / "idx"), "--variant", "bogus"])
-    assert_user_error(code, out, err, "--variant 'bogus'", "binary or weighted")
+    assert_user_error(code, out, err, "--variant 'bogus'", "binary, weighted or planes")
     assert not (tmp_path / "idx").exists()
 
 

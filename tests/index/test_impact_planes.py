@@ -6,6 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from index_oracle import random_encoding
 
+from uhdsearch.index.inverted import BinaryIndex
+
 from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.impacts import PAIRS, ImpactPlanes, impact_edges, levels, query_levels
 from uhdsearch.sparse import SparseEncoding
@@ -67,3 +69,65 @@ def test_bad_bits_and_mismatched_queries_are_named():
     assert planes.index.dim == 20 and planes.index.n_postings() >= docs.buckets[0].nnz
     with pytest.raises(DimensionMismatchError, match="dim=11"):
         planes.search_encoded(SparseEncoding([sp.csr_matrix(np.ones((1, 11), np.float32))]), 3)
+
+
+def test_saved_planes_reopen_and_a_searcher_ranks_with_them(tmp_path, tiny_encoder_session, mini_data,
+                                                             mini_encoding):
+    from uhdsearch.index.impacts import open_index
+    from uhdsearch.index.inverted import WeightedIndex
+    from uhdsearch.search.searcher import Searcher
+
+    ids = list(mini_data.corpus)
+    planes = ImpactPlanes.from_encoding(mini_encoding, ids, encoder_digest=tiny_encoder_session.digest(),
+                                        path=tmp_path / "planes")
+    opened = open_index(tmp_path / "planes")
+    assert isinstance(opened, ImpactPlanes) and (opened.doc_bits, opened.query_bits) == (2, 3)
+    assert all(np.array_equal(a, b) for a, b in zip(opened.edges, planes.edges))
+    weighted = WeightedIndex.from_encoding(mini_encoding, ids, None)
+    for b in range(mini_encoding.n_buckets):  # the original dims' frequencies, for stop dimensions
+        assert np.array_equal(opened.document_frequencies(b), weighted.document_frequencies(b))
+    searcher = Searcher(tiny_encoder_session, opened, query_k=30, max_df=None)
+    run = searcher.search(mini_data.queries, k=5)
+    encoded = searcher.encode(mini_data.queries)
+    numbers, scores = planes.search_encoded(encoded, 5, tiny_encoder_session.config.weights)
+    for row, q in enumerate(mini_data.queries):
+        assert run.doc_ids(q.query_id) == [ids[n] for n in numbers[row] if n >= 0]
+    assert isinstance(open_index(tmp_path / "planes").index, BinaryIndex)
+    weighted.save(tmp_path / "weighted")
+    assert isinstance(open_index(tmp_path / "weighted"), WeightedIndex)  # no planes in its manifest
+
+
+def test_a_damaged_planes_manifest_is_named(tmp_path):
+    import json
+
+    from uhdsearch.errors import IndexFormatError
+    from uhdsearch.index.impacts import open_index
+
+    rng = np.random.default_rng(2)
+    ImpactPlanes.from_encoding(random_encoding(rng, 20, 12, 1, 0.3), [str(i) for i in range(20)],
+                               path=tmp_path / "p")
+    meta_path = tmp_path / "p" / "index_meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["impact_planes"]["dim"] = 13
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(IndexFormatError, match="does not match the index's shape"):
+        open_index(tmp_path / "p")
+    meta["impact_planes"]["doc_bits"] = 7
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(IndexFormatError, match="bad 'impact_planes'"):
+        open_index(tmp_path / "p")
+
+
+def test_the_cli_builds_and_searches_planes(tmp_path, cli, saved_model_and_index, scifact_mini_dir):
+    root, model, _ = saved_model_and_index(40)
+    code, out, err = cli(["index", "--model", str(root / "model"), "--data", str(scifact_mini_dir), "--out",
+                          str(tmp_path / "planes"), "--variant", "planes"])
+    assert code == 0, err
+    code, out, err = cli(["search", "--model", str(root / "model"), "--index", str(tmp_path / "planes"), "--query",
+                          "cancer cells", "--k", "4"])
+    assert code == 0, err
+    lines = [line.split() for line in out.splitlines()]
+    assert len(lines) == 4 and all(float(x[4]) == int(float(x[4])) for x in lines)  # integer level sums
+    code, _, err = cli(["index", "--model", str(root / "model"), "--data", str(scifact_mini_dir), "--out",
+                        str(tmp_path / "x"), "--variant", "plain"])
+    assert code == 2 and "binary, weighted or planes" in err

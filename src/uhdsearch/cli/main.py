@@ -160,7 +160,8 @@ def index(
     model: Path = typer.Option(..., "--model", help="Model directory (uhdsearch train or quickstart)."),
     data: Path = typer.Option(..., "--data", help="BEIR-layout directory or a corpus.jsonl file."),
     out: Path = typer.Option(..., "--out", help="Index directory to write."),
-    variant: str = typer.Option("binary", "--variant", help="binary or weighted."),
+    variant: str = typer.Option("binary", "--variant", help="binary, weighted, or planes (document impacts as "
+                                "2-bit planes, searched with 3-bit query weights: index/impacts.py)."),
     batch_size: int = typer.Option(32, "--batch-size"),
     overwrite: bool = typer.Option(False, "--overwrite"),
     ray: Optional[str] = typer.Option(None, "--ray", help="Encode on Ray: a cluster address, or 'local'; "
@@ -174,8 +175,11 @@ def index(
     from uhdsearch.evaluation.datasets import load_corpus
     from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 
-    if variant not in ("binary", "weighted"):
-        raise UsageError(f"--variant {variant!r}; choose binary or weighted")
+    if variant not in ("binary", "weighted", "planes"):
+        raise UsageError(f"--variant {variant!r}; choose binary, weighted or planes")
+    if variant == "planes" and ray is not None:
+        raise UsageError("--variant planes is built in this process; --ray writes segmented binary or weighted "
+                         "indexes")
     if batch_size <= 0:
         raise UsageError(f"--batch-size {batch_size} must be a positive integer")
     if gpus_per_worker and ray is None:
@@ -189,8 +193,13 @@ def index(
 
         return index_on_ray(model, corpus, out, variant, batch_size, overwrite, ray, workers, gpus_per_worker)
     encoder = UHDEncoder.from_pretrained(model)
-    klass = BinaryIndex if variant == "binary" else WeightedIndex
-    built = klass.build(encoder, corpus, out, batch_size=batch_size, overwrite=overwrite)
+    if variant == "planes":
+        from uhdsearch.index.impacts import ImpactPlanes
+
+        built = ImpactPlanes.build(encoder, corpus, out, batch_size=batch_size, overwrite=overwrite).index
+    else:
+        klass = BinaryIndex if variant == "binary" else WeightedIndex
+        built = klass.build(encoder, corpus, out, batch_size=batch_size, overwrite=overwrite)
     typer.echo(json.dumps({"index": str(out), "variant": variant, "n_documents": built.n_documents,
                            "n_postings": built.n_postings()}))
 
@@ -226,7 +235,7 @@ def search(
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_queries
     from uhdsearch.types import format_run
-    from uhdsearch.index.inverted import InvertedIndex
+    from uhdsearch.index.impacts import open_index
     from uhdsearch.search.searcher import Searcher
     from uhdsearch.types import Query, Run
 
@@ -262,7 +271,7 @@ def search(
 
     # A directory with commit files is a segmented index (uhdsearch index --ray, live updates); else a static one.
     segmented = index_dir.is_dir() and bool(list_generations(index_dir))
-    index = SegmentedIndex.open(index_dir) if segmented else InvertedIndex.load(index_dir)
+    index = SegmentedIndex.open(index_dir) if segmented else open_index(index_dir)
     if lookup:  # inference-free queries: the table `uhdsearch lookup` saved beside the model
         from uhdsearch.encoder.lookup import LookupEncoder
 

@@ -13,16 +13,19 @@ benchmarks/impact_planes.py.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.errors import DimensionMismatchError, UsageError
-from uhdsearch.index.inverted import BinaryIndex
+from uhdsearch.errors import DimensionMismatchError, IndexFormatError, UsageError
+from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, encode_corpus
 from uhdsearch.sparse import SparseEncoding
 
 PAIRS = ((1, 4), (2, 3), (3, 2), (4, 1))  # (document bits, query bits) whose products fit the 4-bit weights
+DOC_BITS, QUERY_BITS = 2, 3  # chosen on SciFact train (benchmarks/impact_planes.py)
+META_KEY = "impact_planes"
 
 
 def check_bits(doc_bits: int, query_bits: int) -> None:
@@ -108,6 +111,9 @@ def query_planes(queries: SparseEncoding, doc_bits: int, query_bits: int) -> Spa
 class ImpactPlanes:
     """A binary index of document planes and what it takes to search it with float queries.
 
+    Searchable like a weighted index (`variant` "weighted", `search_encoded(..., "weighted")`), so `Searcher` and
+    `uhdsearch search` take it; stop dimensions use the original dims' document frequencies, kept in the manifest.
+
     Example:
         >>> docs = SparseEncoding([sp.csr_matrix(np.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]], np.float32))])
         >>> planes = ImpactPlanes.from_encoding(docs, ["a", "b", "c"], doc_bits=2, query_bits=3)
@@ -117,23 +123,78 @@ class ImpactPlanes:
         ([[0, 2, 1]], [[22.0, 16.0, 10.0]])
     """
 
-    def __init__(self, index: BinaryIndex, dim: int, doc_bits: int, query_bits: int, edges: list[np.ndarray]):
+    variant = "weighted"
+
+    def __init__(self, index: BinaryIndex, dim: int, doc_bits: int, query_bits: int, edges: list[np.ndarray],
+                 document_frequencies: list[np.ndarray]):
         check_bits(doc_bits, query_bits)
         self.index = index
-        self.dim = dim
+        self._dim = dim
         self.doc_bits = doc_bits
         self.query_bits = query_bits
         self.edges = edges
+        self._document_frequencies = document_frequencies
 
     @classmethod
-    def from_encoding(cls, documents: SparseEncoding, doc_ids: Sequence[str], doc_bits: int = 2,
-                      query_bits: int = 3, encoder_digest: str | None = None) -> ImpactPlanes:
-        """Quantize the documents' values (a weighted encoding) and index their planes in memory."""
+    def from_encoding(cls, documents: SparseEncoding, doc_ids: Sequence[str], doc_bits: int = DOC_BITS,
+                      query_bits: int = QUERY_BITS, encoder_digest: str | None = None,
+                      path: str | os.PathLike | None = None, overwrite: bool = False) -> ImpactPlanes:
+        """Quantize the documents' values (a weighted encoding) and index their planes; path=None: in memory."""
         check_bits(doc_bits, query_bits)
         edges = [impact_edges(m.data, doc_bits) for m in documents.buckets]
-        planes = document_planes(documents, edges, doc_bits)
-        return cls(BinaryIndex.from_encoding(planes, doc_ids, None, encoder_digest), documents.dim, doc_bits,
-                   query_bits, edges)
+        dfs = [np.bincount(m.indices, minlength=documents.dim).astype(np.int64) for m in documents.buckets]
+        index = BinaryIndex.from_encoding(document_planes(documents, edges, doc_bits), doc_ids, None, encoder_digest)
+        planes = cls(index, documents.dim, doc_bits, query_bits, edges, dfs)
+        if path is not None:
+            planes.save(path, overwrite)
+        return planes
+
+    @classmethod
+    def build(cls, encoder, corpus, path: str | os.PathLike, batch_size: int = 32, overwrite: bool = False,
+              show_progress: bool = True, doc_bits: int = DOC_BITS, query_bits: int = QUERY_BITS) -> ImpactPlanes:
+        """Encode `corpus` with `encoder` (as InvertedIndex.build) and write its plane index to `path`."""
+        check_bits(doc_bits, query_bits)
+        encoding, doc_ids = encode_corpus(encoder, corpus, path, batch_size, overwrite, show_progress)
+        return cls.from_encoding(encoding, doc_ids, doc_bits, query_bits, encoder.digest(), path, overwrite)
+
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write the plane index atomically; the manifest carries the bits, edges and document frequencies."""
+        self.index.meta[META_KEY] = {
+            "dim": self._dim, "doc_bits": self.doc_bits, "query_bits": self.query_bits,
+            "edges": [e.astype(float).tolist() for e in self.edges],
+            "document_frequencies": [f.tolist() for f in self._document_frequencies]}
+        self.index.save(path, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, mmap: bool | None = None) -> ImpactPlanes:
+        index = InvertedIndex.load(path, mmap=mmap)
+        return cls.of_index(index)
+
+    @classmethod
+    def of_index(cls, index: InvertedIndex) -> ImpactPlanes:
+        """The planes an opened binary index holds (IndexFormatError when its manifest does not say so)."""
+        info = index.meta.get(META_KEY)
+        if info is None:
+            raise IndexFormatError(f"{index.path} is not an impact-plane index (no {META_KEY!r} in its manifest)")
+        try:
+            planes = cls(index, int(info["dim"]), int(info["doc_bits"]), int(info["query_bits"]),
+                         [np.asarray(e, np.float32) for e in info["edges"]],
+                         [np.asarray(f, np.int64) for f in info["document_frequencies"]])
+        except (KeyError, TypeError, ValueError, UsageError) as exc:
+            raise IndexFormatError(f"{index.path}: bad {META_KEY!r} in the manifest: {exc}") from exc
+        if index.dim != planes.dim * planes.doc_bits or len(planes.edges) != index.n_buckets or any(
+                f.shape != (planes.dim,) for f in planes._document_frequencies):
+            raise IndexFormatError(f"{index.path}: the manifest's {META_KEY!r} does not match the index's shape")
+        return planes
+
+    # the SearchableIndex contract
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def n_buckets(self) -> int:
+        return self.index.n_buckets
 
     @property
     def doc_ids(self) -> list[str]:
@@ -143,12 +204,35 @@ class ImpactPlanes:
     def n_documents(self) -> int:
         return self.index.n_documents
 
+    @property
+    def encoder_digest(self) -> str | None:
+        return self.index.encoder_digest
+
+    @property
+    def path(self):
+        return self.index.path
+
+    def document_frequencies(self, bucket: int = 0) -> np.ndarray:
+        return self._document_frequencies[bucket]
+
+    def warm_up(self, background: bool = False):
+        return self.index.warm_up(background)
+
     def search_encoded(self, queries: SparseEncoding, k: int, bucket_weights: Sequence[float] | None = None,
+                       scoring: str = "weighted", deleted: np.ndarray | None = None,
                        n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k of sum over shared dims of query level x document level (InvertedIndex's contract)."""
         if queries.dim != self.dim or queries.n_buckets != self.index.n_buckets:
             raise DimensionMismatchError(f"the queries have dim={queries.dim} and {queries.n_buckets} buckets; the "
                                          f"planes were built for dim={self.dim} and {self.index.n_buckets}")
+        if scoring != "weighted":
+            raise UsageError(f"scoring={scoring!r}: an impact-plane index scores its quantized weights ('weighted')")
         weights = [1.0] * self.index.n_buckets if bucket_weights is None else list(bucket_weights)
         return self.index.search_encoded(query_planes(queries, self.doc_bits, self.query_bits), k, weights,
-                                         "quantized", n_threads=n_threads)
+                                         "quantized", deleted=deleted, n_threads=n_threads)
+
+
+def open_index(path: str | os.PathLike, mmap: bool | None = None):
+    """A static index directory: its ImpactPlanes when its manifest says it holds planes, else the InvertedIndex."""
+    index = InvertedIndex.load(path, mmap=mmap)
+    return ImpactPlanes.of_index(index) if META_KEY in index.meta else index

@@ -33,6 +33,8 @@ from uhdsearch.types import Document
 
 logger = logging.getLogger(__name__)
 
+KEPT_META = ("impact_planes",)  # manifest keys of layers built on a binary index (index/impacts.py), kept on save
+
 
 @dataclass
 class Postings:
@@ -151,14 +153,8 @@ class InvertedIndex:
             ('BinaryIndex', ['d1', 'd2'], 'words-v1')
             >>> tmp.cleanup()
         """
-        documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
-        _check_documents(documents)
-        if Path(path).exists() and not overwrite:  # fail before the slow encoding
-            raise FileExistsError(f"{path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
-        encoding = encoder.encode_document([d.full_text for d in documents], batch_size=batch_size,
-                                           show_progress=show_progress)
-        return cls.from_encoding(encoding, [d.doc_id for d in documents], path,
-                                 encoder_digest=encoder.digest(), overwrite=overwrite)
+        encoding, doc_ids = encode_corpus(encoder, corpus, path, batch_size, overwrite, show_progress)
+        return cls.from_encoding(encoding, doc_ids, path, encoder_digest=encoder.digest(), overwrite=overwrite)
 
     @classmethod
     def from_encoding(
@@ -204,7 +200,8 @@ class InvertedIndex:
                 for name, file in fmt.bucket_files(b, self.variant).items():
                     save_npy(tmp / file, getattr(c, name))
             self.meta = fmt.make_meta(self.variant, self.dim, self.n_buckets, self.n_documents,
-                                      self.encoder_digest, tmp, {"bitmap_bias": self.meta.get("bitmap_bias")})
+                                      self.encoder_digest, tmp, {"bitmap_bias": self.meta.get("bitmap_bias"),
+                                      **{k: self.meta[k] for k in KEPT_META if k in self.meta}})
             write_json(tmp / fmt.META_FILE, self.meta)
         self.path = Path(path)
 
@@ -326,6 +323,18 @@ class WeightedIndex(InvertedIndex):
     """Postings with the document's bucket values: scores are dot products (Eq. 7)."""
 
     variant = "weighted"
+
+
+def encode_corpus(encoder, corpus: Mapping[str, Document] | Sequence[Document], path, batch_size: int,
+                  overwrite: bool, show_progress: bool) -> tuple[SparseEncoding, list[str]]:
+    """The documents' encoding and ids, after the checks that must not wait for the slow encoding."""
+    documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
+    _check_documents(documents)
+    if Path(path).exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
+    encoding = encoder.encode_document([d.full_text for d in documents], batch_size=batch_size,
+                                       show_progress=show_progress)
+    return encoding, [d.doc_id for d in documents]
 
 
 def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: bool) -> CompressedPostings:

@@ -99,7 +99,7 @@ class SearchService:
     def open(cls, encoder, index_path: Path, corpus: dict[str, Document] | None = None, writable: bool = True,
              bm25=None, typical_sample: int = 0) -> SearchService:
         """Load a static index or open a segmented one (its writer too when `writable` and the lock is free)."""
-        from uhdsearch.index.inverted import InvertedIndex
+        from uhdsearch.index.impacts import open_index
         from uhdsearch.index.live.commit import list_generations
         from uhdsearch.index.live.segments import SegmentedIndex
 
@@ -119,7 +119,7 @@ class SearchService:
             reader = SegmentedIndex.open(index_path)
             snapshot = Snapshot(reader, reader.generation)
         else:
-            snapshot = Snapshot(InvertedIndex.load(index_path), None)
+            snapshot = Snapshot(open_index(index_path), None)
             refusal = (405, f"{index_path} is a static index; serve a segmented index to add or delete documents")
         documents = DocumentStore(corpus, added)
         typical = TypicalTokens(encoder, [d.full_text for d in documents.sample(typical_sample)]) \
