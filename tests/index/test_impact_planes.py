@@ -131,3 +131,16 @@ def test_the_cli_builds_and_searches_planes(tmp_path, cli, saved_model_and_index
     code, _, err = cli(["index", "--model", str(root / "model"), "--data", str(scifact_mini_dir), "--out",
                         str(tmp_path / "x"), "--variant", "plain"])
     assert code == 2 and "binary, weighted or planes" in err
+
+
+def test_the_searcher_keeps_every_dim_on_planes_by_default(tmp_path, tiny_encoder_session):
+    from uhdsearch.search.searcher import Searcher
+
+    rng = np.random.default_rng(4)
+    docs = random_encoding(rng, 1200, tiny_encoder_session.config.dim, tiny_encoder_session.config.n_buckets, 0.01)
+    planes = ImpactPlanes.from_encoding(docs, [str(i) for i in range(1200)],
+                                        encoder_digest=tiny_encoder_session.digest())
+    assert Searcher(tiny_encoder_session, planes).max_df is None  # 1,200 documents: binary would drop at 0.3
+    assert Searcher(tiny_encoder_session, planes, max_df=0.3).max_df == 0.3
+    binary = BinaryIndex.from_encoding(docs, planes.doc_ids, None, tiny_encoder_session.digest())
+    assert Searcher(tiny_encoder_session, binary, max_df="auto").max_df == 0.3

@@ -100,8 +100,10 @@ class Searcher:
             self._idf = [np.log((n + 1) / (index.document_frequencies(b) + 1)) for b in range(index.n_buckets)]
         # document frequencies read once here (a segmented index sums them over its live documents)
         explicit = max_df if max_df != AUTO else None  # only an explicit threshold renames the run
-        max_df = resolve_max_df(None if (max_df == AUTO and bucket_predictor is not None) else max_df,
-                                index.n_documents)
+        # "auto" keeps every dim with a bucket predictor (its features saw every dim) and on indexes that say
+        # stop dimensions do not pay on them (impact planes: SciFact train 0.8021 with every dim, 0.7939 at 0.3)
+        no_stop_dims = bucket_predictor is not None or not getattr(index, "stop_dimensions_by_default", True)
+        max_df = resolve_max_df(None if (max_df == AUTO and no_stop_dims) else max_df, index.n_documents)
         self.max_df = max_df
         self._kernel_scoring: Scoring = "quantized" if (idf and self.scoring == "binary") else self.scoring
         if bucket_predictor is not None and cascade not in (AUTO, None):
