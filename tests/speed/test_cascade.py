@@ -120,3 +120,37 @@ def test_the_cli_takes_a_cascade_and_names_a_bad_one(cli, saved_model_and_index)
         [line.split()[2] for line in exact.splitlines()]
     code, _, err = cli(base + ["--cascade", "0.1"])
     assert code == 2 and "--cascade" in err
+
+
+def test_http_requests_choose_the_cascade(saved_model_and_index):
+    from fastapi.testclient import TestClient
+
+    from uhdsearch.serving.app import ServeSettings, create_app
+    from uhdsearch.serving.service import SearchService
+    from uhdsearch.types import Document
+
+    root, model, index = saved_model_and_index(60)
+    service = SearchService.open(model, root / "index", {d: Document(d, "") for d in index.doc_ids})
+    query = "cancer cells and tumour growth"
+
+    def want(cascade):
+        run = Searcher(model, index, cascade=cascade).search({"q1": query}, 8)
+        return [h.doc_id for h in run["q1"]]
+
+    with TestClient(create_app(service, ServeSettings())) as client:
+        def got(method, **params):
+            if method == "get":
+                response = client.get("/search", params={"q": query, "k": 8, **params})
+            else:
+                response = client.post("/search", json={"queries": [{"query_id": "q1", "text": query}], "k": 8,
+                                                         **params})
+            assert response.status_code == 200, response.text
+            return [h["doc_id"] for h in response.json()["results"][0]["hits"]]
+
+        assert got("get") == want(None)  # 60 documents: "auto" searches exactly
+        shallow = Cascade(0.1, 8)
+        assert want(shallow) != want(None)
+        assert got("get", cascade="0.1:8") == want(shallow) == got("post", cascade="0.1:8")
+        assert got("post", cascade="none") == want(None)
+        response = client.get("/search", params={"q": query, "cascade": "deep"})
+        assert response.status_code == 422 and "cascade='deep'" in response.text

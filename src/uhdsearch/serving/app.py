@@ -109,6 +109,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         query_k: int | None = Param(None, ge=0), bucket_weights: str | None = Param(None, description="e.g. 1,0.5"),
         system: str = Param("uhd", pattern="^(uhd|bm25)$"),
         max_df: str = Param("auto", description="stop dimensions: auto, none, or a fraction in (0, 1]"),
+        cascade: str = Param("auto", description="two-pass search: auto, none (exact), or FIRST_MAX_DF:DEPTH"),
     ) -> dict:
         """One query: the top-k documents with title and snippet (system=bm25: the BM25 ranking)."""
         check_query(q)
@@ -117,7 +118,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         if system == "bm25":
             run = await blocking(service.bm25_search, queries, k)
             return respond("bm25", k, queries, run, service.snapshot)
-        options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df))
+        options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df), _cascade(cascade))
         run, snapshot = await blocking(service.search, queries, k, options)
         return respond("uhd", k, queries, run, snapshot)
 
@@ -133,7 +134,8 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         if len(set(ids)) != len(ids):
             raise ServiceError(422, "queries: a query_id appears twice")
         queries = [Query(q.query_id, q.text) for q in body.queries]
-        options = SearchOptions(body.scoring, body.query_k, body.bucket_weights, _max_df(body.max_df))
+        options = SearchOptions(body.scoring, body.query_k, body.bucket_weights, _max_df(body.max_df),
+                                _cascade(body.cascade))
         run, snapshot = await blocking(service.search, queries, body.k, options, body.candidates)
         return respond("uhd", body.k, queries, run, snapshot)
 
@@ -225,6 +227,17 @@ def _max_df(value: str | float) -> float | str | None:
         return parse_max_df(str(value))
     except UsageError:
         raise ServiceError(422, f"max_df={value!r}: give auto, none, or a fraction of the documents in (0, 1]") \
+            from None
+
+
+def _cascade(value: str):
+    from uhdsearch.errors import UsageError
+    from uhdsearch.search.cascade import parse_cascade
+
+    try:
+        return parse_cascade(str(value))
+    except UsageError:
+        raise ServiceError(422, f"cascade={value!r}: give auto, none, or FIRST_MAX_DF:DEPTH (e.g. 0.1:100)") \
             from None
 
 

@@ -59,6 +59,7 @@ class SearchOptions:
     query_k: int | None = None  # None: the model's; 0: every active dimension
     bucket_weights: Sequence[float] | None = None
     max_df: float | str | None = AUTO  # stop dimensions, as Searcher's (search/stopdims.py)
+    cascade: object = AUTO  # a Cascade, None (exact) or "auto", as Searcher's (search/cascade.py)
 
 
 class _TimedEncoder:
@@ -138,7 +139,8 @@ class SearchService:
         searcher = Searcher(_TimedEncoder(self.query_encoder or self.encoder, self.on_encode), snapshot.index,
                             scoring=options.scoring,
                             query_k=options.query_k or None, bucket_weights=options.bucket_weights,
-                            max_df=options.max_df, document_frequencies=snapshot.document_frequencies)
+                            max_df=options.max_df, document_frequencies=snapshot.document_frequencies,
+                            cascade=options.cascade)
         if options.query_k == 0:
             searcher.query_k = None  # keep every active dimension, as the CLI's --query-k 0
         return searcher
