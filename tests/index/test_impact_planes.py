@@ -144,3 +144,26 @@ def test_the_searcher_keeps_every_dim_on_planes_by_default(tmp_path, tiny_encode
     assert Searcher(tiny_encoder_session, planes, max_df=0.3).max_df == 0.3
     binary = BinaryIndex.from_encoding(docs, planes.doc_ids, None, tiny_encoder_session.digest())
     assert Searcher(tiny_encoder_session, binary, max_df="auto").max_df == 0.3
+
+
+def test_explain_contributions_on_planes_sum_to_the_score():
+    from uhdsearch.serving.explain import dim_contributions
+
+    rng = np.random.default_rng(8)
+    docs = random_encoding(rng, 80, 30, 2, 0.3, dense_dims=3)
+    planes = ImpactPlanes.from_encoding(docs, [str(i) for i in range(80)])
+    query = random_encoding(rng, 1, 30, 2, 0.5)
+    numbers, scores = planes.search_encoded(query, 5, [1.0, 0.5])
+    for number, score in zip(numbers[0], scores[0]):
+        parts = dim_contributions(planes, query, int(number), [1.0, 0.5], "weighted")
+        assert parts and sum(c for *_, c in parts) == pytest.approx(score, abs=1e-9)
+        assert all(c > 0 for *_, c in parts)
+
+
+def test_sharding_and_milvus_refuse_planes(tmp_path):
+    from uhdsearch.scale.shards import open_index as open_for_shards
+
+    rng = np.random.default_rng(9)
+    ImpactPlanes.from_encoding(random_encoding(rng, 10, 8, 1, 0.4), [str(i) for i in range(10)], path=tmp_path / "p")
+    with pytest.raises(UsageError, match="impact-plane index; sharding takes binary or weighted"):
+        open_for_shards(tmp_path / "p")

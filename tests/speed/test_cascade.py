@@ -32,6 +32,7 @@ def expected_among_candidates(docs, queries, dfs, k, weights, scoring, cascade):
         if candidates.shape[0] < min(k, n):  # the cascade searches such a query exactly
             candidates = np.flatnonzero(full[row] > 0)
         top = candidates[np.lexsort((candidates, -full[row, candidates]))][:k]
+        top = top[full[row, top] > 0]  # as exact search, positive scores only (negative bucket weights)
         out.append((top.tolist(), full[row, top].tolist()))
     return out
 
@@ -49,7 +50,7 @@ def test_the_cascade_ranks_its_candidates_exactly(seed, n, dim, n_buckets, densi
         queries = SparseEncoding([sp.csr_matrix((rng.integers(1, 16, m.nnz).astype(np.float32), m.indices,
                                                  m.indptr), shape=m.shape) for m in queries.buckets])
     scoring = "quantized" if quantized else "binary"
-    weights = [1.0] * n_buckets if unit_weight else rng.uniform(0.1, 2, n_buckets).round(2).tolist()
+    weights = [1.0] * n_buckets if unit_weight else rng.uniform(-1, 2, n_buckets).round(2).tolist()
     index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(n)], None)
     dfs = [index.document_frequencies(b) for b in range(n_buckets)]
     cascade = Cascade(first_max_df, depth)
@@ -118,8 +119,12 @@ def test_the_cli_takes_a_cascade_and_names_a_bad_one(cli, saved_model_and_index)
     code, deep, _ = cli(base + ["--cascade", "1:5"])  # every dim in the first pass: the exact ranking
     assert code == 0 and [line.split()[2] for line in deep.splitlines()] == \
         [line.split()[2] for line in exact.splitlines()]
-    code, _, err = cli(base + ["--cascade", "0.1"])
-    assert code == 2 and "--cascade" in err
+    code, shallow, _ = cli(base + ["--cascade", "0.1:5"])
+    want = Searcher(model, index, cascade=Cascade(0.1, 5)).search({"q1": "cancer cells"}, 5).doc_ids("q1")
+    assert code == 0 and [line.split()[2] for line in shallow.splitlines()] == want
+    for bad, words in (("0.1", "FIRST_MAX_DF:DEPTH"), ("0:100", "first_max_df=0.0"), ("0.1:0", "depth=0")):
+        code, _, err = cli(base + ["--cascade", bad])
+        assert code == 2 and f"--cascade '{bad}'" in err and words in err
 
 
 def test_http_requests_choose_the_cascade(saved_model_and_index):
@@ -154,3 +159,38 @@ def test_http_requests_choose_the_cascade(saved_model_and_index):
         assert got("post", cascade="none") == want(None)
         response = client.get("/search", params={"q": query, "cascade": "deep"})
         assert response.status_code == 422 and "cascade='deep'" in response.text
+        response = client.get("/search", params={"q": query, "cascade": "0.1:5000"})  # deeper than max_k
+        assert response.status_code == 422 and "max_k=1000" in response.text
+
+
+def test_a_segmented_index_with_deletions_cascades_over_its_live_documents(tmp_path):
+    from uhdsearch.index.live.segments import SegmentedIndex
+
+    rng = np.random.default_rng(11)
+    docs = random_binary(rng, 120, 40, 1, 0.1)
+    queries = random_binary(rng, 6, 40, 1, 0.2)
+    index = SegmentedIndex.create(tmp_path / "live", "binary", 40, 1)
+    index.add(docs[:70], [f"a{i}" for i in range(70)])
+    index.commit()
+    index.add(docs[70:], [f"b{i}" for i in range(50)])
+    index.commit()
+    gone = [f"a{i}" for i in range(0, 70, 3)] + ["b4", "b5"]
+    index.delete(gone)
+    index.commit()
+    live = np.array([d is not None for d in index.doc_ids])
+    assert live.shape == (120,) and (~live).sum() == len(gone)
+    dfs = [index.document_frequencies(0)]
+    numbers, scores = cascade_search(index, queries, dfs, 5, [1.0], "binary", Cascade(0.15, 12))
+    full = brute_force_scores(docs, queries, [1.0], "binary")
+    rare = brute_force_scores(docs, split_by_frequency(queries, dfs, 0.15 * index.n_documents)[0], [1.0], "binary")
+    for row in range(queries.n):
+        hits = np.flatnonzero((rare[row] > 0) & live)
+        candidates = hits[np.lexsort((hits, -rare[row, hits]))][:12]
+        if candidates.shape[0] < 5:
+            candidates = np.flatnonzero((full[row] > 0) & live)
+        top = candidates[np.lexsort((candidates, -full[row, candidates]))][:5]
+        assert numbers[row][numbers[row] >= 0].tolist() == top.tolist()
+        assert scores[row, :top.shape[0]].tolist() == full[row, top].tolist()
+    assert not any(index.doc_ids[n] is None for n in numbers.ravel() if n >= 0)
+    counts = index.overlap_counts(queries[:1], np.flatnonzero(live))
+    assert counts[0].tolist() == full[0, live].astype(int).tolist()

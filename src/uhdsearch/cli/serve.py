@@ -40,8 +40,8 @@ def serve(
     onnx: bool = typer.Option(False, "--onnx", help="Encode queries with the backbone in ONNX Runtime (~2x "
                               "faster on a CPU; the same float32 graph, as `uhdsearch search --onnx`)."),
     lookup: bool = typer.Option(False, "--lookup", help="Encode queries by table lookup (MODEL/query_lookup.npz, "
-                                "built by `uhdsearch lookup`): ~0.3 ms a query, lower quality; documents added "
-                                "and /explain still use the full model."),
+                                "built by `uhdsearch lookup`): ~0.3 ms a query, lower quality; /explain shows the "
+                                "table's dims; documents added are encoded by the full model."),
     shards: int = typer.Option(0, "--shards", help="Split the index (static, or a segmented one's live "
                                "documents) into N shards searched in parallel on Ray actors (extra: ray); "
                                "read-only. 0: one index in this process."),

@@ -186,7 +186,8 @@ class ImpactPlanes:
                          [np.asarray(f, np.int64) for f in info["document_frequencies"]])
         except (KeyError, TypeError, ValueError, UsageError) as exc:
             raise IndexFormatError(f"{index.path}: bad {META_KEY!r} in the manifest: {exc}") from exc
-        if index.dim != planes.dim * planes.doc_bits or len(planes.edges) != index.n_buckets or any(
+        if index.dim != planes.dim * planes.doc_bits or len(planes.edges) != index.n_buckets or len(
+                planes._document_frequencies) != index.n_buckets or any(
                 f.shape != (planes.dim,) for f in planes._document_frequencies):
             raise IndexFormatError(f"{index.path}: the manifest's {META_KEY!r} does not match the index's shape")
         return planes
@@ -222,6 +223,33 @@ class ImpactPlanes:
     def warm_up(self, background: bool = False):
         return self.index.warm_up(background)
 
+    def contributions(self, query: SparseEncoding, number: int, bucket_weights: Sequence[float]
+                      ) -> list[tuple[int, int, float, float]]:
+        """(bucket, dim, query value, contribution) of every query dim document `number` shares, as the score sums
+        them: query level (from the whole query) x document level x bucket weight (serving/explain.py's)."""
+        leveled = query_levels(query, self.query_bits)
+        rows = [(b, int(d), float(v), float(level)) for b, (m, q) in enumerate(zip(query.buckets, leveled.buckets))
+                for d, v, level in zip(m.indices, m.data, q.data)]
+        if not rows:
+            return []
+        outside = np.ones(len(self.doc_ids), dtype=bool)
+        outside[number] = False
+        probes = []  # one row per (query dim, plane): is the document in that plane?
+        for b in range(self.n_buckets):
+            entries = [(i, row[1] * self.doc_bits + p) for i, row in enumerate(rows) if row[0] == b
+                       for p in range(self.doc_bits)]
+            probes.append(sp.csr_matrix((np.ones(len(entries), np.float32),
+                                         ([i * self.doc_bits + (c % self.doc_bits) for i, c in entries],
+                                          [c for _, c in entries])),
+                                        shape=(len(rows) * self.doc_bits, self.dim * self.doc_bits)))
+        numbers, _ = self.index.search_encoded(SparseEncoding(probes), 1, [1.0] * self.n_buckets, "quantized",
+                                               deleted=outside)
+        in_plane = (numbers[:, 0] == number).reshape(len(rows), self.doc_bits)
+        doc_level = in_plane @ (1 << np.arange(self.doc_bits))
+        weights = [1.0] * self.n_buckets if bucket_weights is None else list(bucket_weights)
+        return [(b, d, v, float(weights[b] * level * doc_level[i]))
+                for i, (b, d, v, level) in enumerate(rows) if doc_level[i] > 0]
+
     def search_encoded(self, queries: SparseEncoding, k: int, bucket_weights: Sequence[float] | None = None,
                        scoring: str = "weighted", deleted: np.ndarray | None = None,
                        n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -234,6 +262,13 @@ class ImpactPlanes:
         weights = [1.0] * self.index.n_buckets if bucket_weights is None else list(bucket_weights)
         return self.index.search_encoded(query_planes(queries, self.doc_bits, self.query_bits), k, weights,
                                          "quantized", deleted=deleted, n_threads=n_threads)
+
+
+def refuse_planes(index: InvertedIndex, what: str) -> None:
+    """UsageError when `index` holds impact planes, which `what` would read as a binary index of dim x b."""
+    if META_KEY in index.meta:
+        raise UsageError(f"{index.path} is an impact-plane index; {what} takes binary or weighted indexes "
+                         "(build one with `uhdsearch index --variant binary|weighted`)")
 
 
 def open_index(path: str | os.PathLike, mmap: bool | None = None):

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from uhdsearch._optional import require
 from uhdsearch.errors import UsageError
+from uhdsearch.index.impacts import refuse_planes
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.scale.cluster import positive
 from uhdsearch.sparse import SparseEncoding
@@ -49,6 +50,7 @@ def export_to_milvus(
     positive(batch_size, "batch_size")
     if not isinstance(index, InvertedIndex):
         index = InvertedIndex.load(index)
+    refuse_planes(index, "the Milvus export")
     too_long = [d for d in index.doc_ids if len(d) > MAX_ID_LENGTH]
     if too_long:
         raise UsageError(f"{len(too_long)} doc_ids are longer than Milvus's {MAX_ID_LENGTH}, e.g. {too_long[0][:40]!r}")

@@ -20,6 +20,7 @@ import numpy as np
 from uhdsearch.errors import IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.base import Scoring, check_search_args
+from uhdsearch.index.impacts import refuse_planes
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
 from uhdsearch.index.live.commit import list_generations
 from uhdsearch.index.live.segment_search import merge_top
@@ -36,7 +37,9 @@ def open_index(path: str | os.PathLike) -> InvertedIndex | SegmentedIndex:
     path = Path(path)
     if path.is_dir() and list_generations(path):
         return SegmentedIndex.open(path, mmap=True)
-    return InvertedIndex.load(path, mmap=True)
+    index = InvertedIndex.load(path, mmap=True)
+    refuse_planes(index, "sharding")
+    return index
 
 
 def live_doc_ids(index: InvertedIndex | SegmentedIndex) -> list[str]:

@@ -63,8 +63,8 @@ def resolve_cascade(cascade, n_documents: int, can_cascade: bool) -> Cascade | N
     if cascade is not None and not isinstance(cascade, Cascade):
         raise UsageError(f"cascade={cascade!r}; give a Cascade, None, or 'auto'")
     if cascade is not None and not can_cascade:
-        raise UsageError("the cascade needs binary scoring and an index with overlap_counts "
-                         "(InvertedIndex or SegmentedIndex)")
+        raise UsageError("the cascade needs binary scoring over a binary, weighted or segmented index (not weighted "
+                         "scoring, impact planes or a bucket predictor); search exactly with cascade none")
     return cascade
 
 
@@ -80,9 +80,13 @@ def parse_cascade(text: str) -> Cascade | str | None:
         return None if word == "none" else "auto"
     first, _, depth = text.partition(":")
     try:
-        return Cascade(float(first), int(depth))
+        numbers = float(first), int(depth)
     except ValueError:
         raise UsageError(f"--cascade {text!r}: give 'auto', 'none' or FIRST_MAX_DF:DEPTH, e.g. 0.1:100") from None
+    try:
+        return Cascade(*numbers)
+    except UsageError as exc:
+        raise UsageError(f"--cascade {text!r}: {exc}") from None
 
 
 def split_by_frequency(queries: SparseEncoding, document_frequencies, limit: float) -> tuple[SparseEncoding,
@@ -130,8 +134,9 @@ def cascade_search(index, queries: SparseEncoding, document_frequencies, k: int,
             for weight, count in zip(bucket_weights, counts):
                 total += float(weight) * count
         top = tie_order(total, candidates)[:depth]
-        out_numbers[row] = candidates[top]
-        out_scores[row] = total[top]
+        top = top[total[top] > 0]  # negative bucket weights: exact search returns positive scores only
+        out_numbers[row, :top.shape[0]] = candidates[top]
+        out_scores[row, :top.shape[0]] = total[top]
     if exact_rows:
         rows = np.array(exact_rows)
         out_numbers[rows], out_scores[rows] = index.search_encoded(queries[rows], k, bucket_weights, scoring,

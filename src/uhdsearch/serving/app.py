@@ -118,7 +118,8 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         if system == "bm25":
             run = await blocking(service.bm25_search, queries, k)
             return respond("bm25", k, queries, run, service.snapshot)
-        options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df), _cascade(cascade))
+        options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df),
+                                _cascade(cascade, settings.max_k))
         run, snapshot = await blocking(service.search, queries, k, options)
         return respond("uhd", k, queries, run, snapshot)
 
@@ -135,7 +136,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
             raise ServiceError(422, "queries: a query_id appears twice")
         queries = [Query(q.query_id, q.text) for q in body.queries]
         options = SearchOptions(body.scoring, body.query_k, body.bucket_weights, _max_df(body.max_df),
-                                _cascade(body.cascade))
+                                _cascade(body.cascade, settings.max_k))
         run, snapshot = await blocking(service.search, queries, body.k, options, body.candidates)
         return respond("uhd", body.k, queries, run, snapshot)
 
@@ -230,15 +231,17 @@ def _max_df(value: str | float) -> float | str | None:
             from None
 
 
-def _cascade(value: str):
+def _cascade(value: str, max_k: int):
     from uhdsearch.errors import UsageError
-    from uhdsearch.search.cascade import parse_cascade
+    from uhdsearch.search.cascade import Cascade, parse_cascade
 
     try:
-        return parse_cascade(str(value))
-    except UsageError:
-        raise ServiceError(422, f"cascade={value!r}: give auto, none, or FIRST_MAX_DF:DEPTH (e.g. 0.1:100)") \
-            from None
+        cascade = parse_cascade(str(value))
+    except UsageError as exc:
+        raise ServiceError(422, f"cascade={value!r}: {str(exc).split(': ', 1)[-1]}") from None
+    if isinstance(cascade, Cascade) and cascade.depth > max_k:
+        raise ServiceError(422, f"cascade={value!r}: the depth may be at most max_k={max_k}")
+    return cascade
 
 
 def _weights(text: str | None) -> list[float] | None:

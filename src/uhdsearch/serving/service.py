@@ -136,8 +136,8 @@ class SearchService:
 
     # ------------------------------------------------------------------ reading
     def searcher(self, snapshot: Snapshot, options: SearchOptions) -> Searcher:
-        searcher = Searcher(_TimedEncoder(self.query_encoder or self.encoder, self.on_encode), snapshot.index,
-                            scoring=options.scoring,
+        encoder = self.encoder if self.query_encoder is None else self.query_encoder
+        searcher = Searcher(_TimedEncoder(encoder, self.on_encode), snapshot.index, scoring=options.scoring,
                             query_k=options.query_k or None, bucket_weights=options.bucket_weights,
                             max_df=options.max_df, document_frequencies=snapshot.document_frequencies,
                             cascade=options.cascade)
