@@ -24,7 +24,7 @@ def test_results_json_has_the_documented_shape(quickstart_out, scifact_mini_dir)
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk == results
     assert on_disk["dataset"] == "scifact-mini" and on_disk["split"] == "test" and on_disk["n_queries"] == 40
-    assert set(on_disk["systems"]) == {"bm25", "dense", "uhd-binary", "uhd-weighted"}
+    assert set(on_disk["systems"]) == {"bm25", "dense", "uhd-binary", "uhd-weighted", "uhd-planes"}
     for scores in on_disk["systems"].values():
         assert set(scores) == {"nDCG@10", "RR@10", "R@100", "R@1000"}
         assert all(0.0 <= v <= 1.0 for v in scores.values())
@@ -51,6 +51,12 @@ def test_quickstart_writes_loadable_artifacts_and_runs(quickstart_out, mini_data
     assert binary.variant == "binary" and binary.n_documents == len(mini_data.corpus)
     from uhdsearch.types import load_run
 
+    from uhdsearch.index.impacts import ImpactPlanes, open_index
+
+    planes = open_index(out / "index-planes")
+    assert isinstance(planes, ImpactPlanes) and planes.n_documents == len(mini_data.corpus)
+    run = load_run(out / "runs" / "uhd-planes.trec")
+    assert round(evaluate(run, mini_data.qrels, ["nDCG@10"])["nDCG@10"], 4) == results["systems"]["uhd-planes"]["nDCG@10"]
     run = load_run(out / "runs" / "uhd-binary.trec")
     assert round(evaluate(run, mini_data.qrels, ["nDCG@10"])["nDCG@10"], 4) == results["systems"]["uhd-binary"]["nDCG@10"]
 
@@ -69,7 +75,8 @@ def test_the_output_directory_is_one_unit(quickstart_out):
     out, results = quickstart_out
     digest = UHDEncoder.from_pretrained(out / "model").digest()
     assert results["model_digest"] == digest
-    assert {InvertedIndex.load(out / n).encoder_digest for n in ("index-binary", "index-weighted")} == {digest}
-    assert sorted(p.name for p in out.iterdir()) == ["extra_results.json", "index-binary", "index-weighted", "model",
-                                                    "results.json", "runs"]
+    assert {InvertedIndex.load(out / n).encoder_digest
+            for n in ("index-binary", "index-weighted", "index-planes")} == {digest}
+    assert sorted(p.name for p in out.iterdir()) == ["extra_results.json", "index-binary", "index-planes",
+                                                    "index-weighted", "model", "results.json", "runs"]
     assert [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")] == []

