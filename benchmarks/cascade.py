@@ -29,16 +29,14 @@ from pathlib import Path
 import numpy as np
 
 from uhdsearch.evaluation.datasets import load_beir
-from uhdsearch.evaluation.metrics import evaluate
-from uhdsearch.index.base import hits_per_query
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex
 from uhdsearch.search.cascade import Cascade, cascade_search
 from uhdsearch.search.stopdims import QueryWeighting
 from uhdsearch.sparse import SparseEncoding
-from uhdsearch.types import Run, ScoredDoc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encoded_cache import encoded, encoded_texts  # noqa: E402
+from impact_planes import ndcg  # noqa: E402
 from settings import ROOT, comma_list, parse_args, record  # noqa: E402
 
 QUALITY_JSON = ROOT / "benchmarks" / "results" / "cascade_quality.json"
@@ -75,11 +73,9 @@ def score_grid(index, queries: SparseEncoding, ids: list[str], qrels, weights, a
             numbers, scores = exact_numbers, exact_scores
         else:
             numbers, scores = cascade_search(index, kept, dfs, K, weights, "binary", cascade)
-        run = Run(results={q: [ScoredDoc(d, s) for d, s in hits]
-                           for q, hits in zip(ids, hits_per_query(numbers, scores, index.doc_ids))})
         kept_share = np.mean([len(set(a[a >= 0]) & set(b[b >= 0])) / max(1, int((b >= 0).sum()))
                               for a, b in zip(numbers, exact_numbers)])
-        rows.append({"cascade": label(cascade), "nDCG@10": round(evaluate(run, qrels, ["nDCG@10"])["nDCG@10"], 4),
+        rows.append({"cascade": label(cascade), "nDCG@10": ndcg(numbers, scores, index.doc_ids, ids, qrels),
                      "exact_top10_kept": round(float(kept_share), 4)})
     return rows
 
