@@ -202,9 +202,12 @@ def _evaluate(stage: Path, data: BeirData, model: UHDEncoder, binary: BinaryInde
     rerank = {f"{name}-rerank-bm25": evaluate(s.rerank(data.queries, comparison.runs["bm25"], k=1000), data.qrels,
                                               DEFAULT_MEASURES)
               for name, s in (("uhd-binary", systems["uhd-binary"]), ("uhd-weighted", systems["uhd-weighted"]))}
-    # the searches above drop the stop dimensions by default (search/stopdims.py); the model's own score beside them
-    all_dims = evaluate(Searcher(model, binary, "binary", max_df=None).search(data.queries, k=1000), data.qrels,
-                        DEFAULT_MEASURES)
+    # the searches above drop the stop dimensions and divide binary counts by document length by default
+    # (search/stopdims.py, search/lengthnorm.py); the plain counts, and the model's own score, beside them
+    counts = evaluate(Searcher(model, binary, "binary", length_norm=None).search(data.queries, k=1000), data.qrels,
+                      DEFAULT_MEASURES)
+    plain = Searcher(model, binary, "binary", max_df=None, length_norm=None)
+    all_dims = evaluate(plain.search(data.queries, k=1000), data.qrels, DEFAULT_MEASURES)
     sample = random.Random(0).sample(data.queries, min(100, len(data.queries)))
     seconds["search_ms_per_query"] = systems["uhd-binary"].latency_ms(sample, k=10)
     for name, run in comparison.runs.items():
@@ -220,7 +223,9 @@ def _evaluate(stage: Path, data: BeirData, model: UHDEncoder, binary: BinaryInde
     }
     extra = {
         "rerank_bm25_top1000": {k: {m: round(v, 4) for m, v in s.items()} for k, s in rerank.items()},
-        "uhd_binary_without_stop_dimensions": {m: round(v, 4) for m, v in all_dims.items()},
+        "uhd_binary_without_length_norm": {m: round(v, 4) for m, v in counts.items()},
+        "uhd_binary_without_stop_dimensions": {m: round(v, 4) for m, v in all_dims.items()},  # nor length norm
+        "length_norm": systems["uhd-binary"].length_norm,
         "stop_dimensions": {"max_df": systems["uhd-binary"].max_df, "documents": binary.n_documents},
         "p_values_vs_bm25": comparison.p_values,
         "seconds_all": {k: round(v, 3) for k, v in seconds.items()},

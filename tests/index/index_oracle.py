@@ -21,9 +21,9 @@ def random_encoding(rng, n, dim, n_buckets, density, dense_dims=0):
     return SparseEncoding(buckets)
 
 
-def expected_top_k(documents, queries, k, weights, scoring, deleted=None):
+def expected_top_k(documents, queries, k, weights, scoring, deleted=None, length_norm=0.0):
     """(numbers, scores) padded like InvertedIndex.search_encoded, from the brute-force oracle."""
-    oracle = brute_force_scores(documents, queries, weights, scoring)
+    oracle = brute_force_scores(documents, queries, weights, scoring, length_norm)
     depth = min(k, documents.n)
     numbers = np.full((queries.n, depth), -1, np.int64)
     scores = np.zeros((queries.n, depth))

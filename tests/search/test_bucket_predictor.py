@@ -40,10 +40,10 @@ def test_features_are_each_buckets_activity_and_best_matches(tiny_encoder_sessio
 def test_a_predictor_forced_to_one_vector_searches_as_those_fixed_weights(tiny_encoder_session, mini_data, index,
                                                                          row):
     queries = mini_data.queries[:20]
-    fixed = Searcher(tiny_encoder_session, index, bucket_weights=GRID[row]).search(queries, k=10)
+    fixed = Searcher(tiny_encoder_session, index, bucket_weights=GRID[row], length_norm=None).search(queries, k=10)
     predicted = Searcher(tiny_encoder_session, index, bucket_predictor=forced(row)).search(queries, k=10)
     assert predicted.results == fixed.results
-    other = Searcher(tiny_encoder_session, index, bucket_weights=GRID[2]).search(queries, k=10)
+    other = Searcher(tiny_encoder_session, index, bucket_weights=GRID[2], length_norm=None).search(queries, k=10)
     assert other.results != fixed.results  # the weights matter on this data, so the check can fail
 
 
@@ -59,7 +59,7 @@ def test_each_query_is_searched_with_the_vector_chosen_for_it(tiny_encoder_sessi
     assert set(choice.tolist()) == {1, 2}
     run = Searcher(tiny_encoder_session, index, bucket_predictor=predictor).search(queries, k=10)
     for query, row in zip(queries, choice):
-        alone = Searcher(tiny_encoder_session, index, bucket_weights=GRID[row]).search([query], k=10)
+        alone = Searcher(tiny_encoder_session, index, bucket_weights=GRID[row], length_norm=None).search([query], k=10)
         assert run[query.query_id] == alone[query.query_id]
 
 

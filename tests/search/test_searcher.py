@@ -39,7 +39,7 @@ def indexes(tiny_encoder_session, mini_data, mini_encoding):
 
 @pytest.mark.parametrize("scoring", ["binary", "weighted"])
 def test_search_equals_brute_force_ranking(tiny_encoder_session, indexes, mini_data, mini_encoding, scoring):
-    searcher = Searcher(tiny_encoder_session, indexes[1], scoring=scoring, query_k=30)
+    searcher = Searcher(tiny_encoder_session, indexes[1], scoring=scoring, query_k=30, length_norm=None)
     run = searcher.search(mini_data.queries, k=10)
     encoded = tiny_encoder_session.encode_query([q.text for q in mini_data.queries], query_k=30)
     oracle = brute_force_scores(mini_encoding, encoded, tiny_encoder_session.config.weights, scoring)
@@ -51,7 +51,7 @@ def test_search_equals_brute_force_ranking(tiny_encoder_session, indexes, mini_d
 
 
 def test_bucket_weights_apply_at_query_time(tiny_encoder_session, indexes, mini_data):
-    only_first = Searcher(tiny_encoder_session, indexes[0], bucket_weights=[1.0, 0.0]).search(mini_data.queries[:3], k=5)
+    only_first = Searcher(tiny_encoder_session, indexes[0], bucket_weights=[1.0, 0.0], length_norm=None).search(mini_data.queries[:3], k=5)
     encoded = tiny_encoder_session.encode_query([q.text for q in mini_data.queries[:3]])
     for row, q in enumerate(mini_data.queries[:3]):
         m = encoded.buckets[0]

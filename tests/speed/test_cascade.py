@@ -19,12 +19,12 @@ def random_binary(rng, n, dim, n_buckets, density):
     return SparseEncoding([sp.csr_matrix((rng.random((n, dim)) < p).astype(np.float32)) for _ in range(n_buckets)])
 
 
-def expected_among_candidates(docs, queries, dfs, k, weights, scoring, cascade):
+def expected_among_candidates(docs, queries, dfs, k, weights, scoring, cascade, length_norm=0.0):
     """Brute force: the first pass's top-depth by the rare dims' scores, then the full scores' top-k among them."""
     n = docs.n
     rare, _ = split_by_frequency(queries, dfs, cascade.first_max_df * n)
-    first = brute_force_scores(docs, rare, weights, scoring)
-    full = brute_force_scores(docs, queries, weights, scoring)
+    first = brute_force_scores(docs, rare, weights, scoring, length_norm)
+    full = brute_force_scores(docs, queries, weights, scoring, length_norm)
     out = []
     for row in range(queries.n):
         hits = np.flatnonzero(first[row] > 0)
@@ -40,9 +40,10 @@ def expected_among_candidates(docs, queries, dfs, k, weights, scoring, cascade):
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 400), dim=st.integers(2, 80), n_buckets=st.integers(1, 2),
        density=st.floats(0.02, 0.3), k=st.integers(1, 30), depth=st.integers(1, 60),
-       first_max_df=st.sampled_from([0.02, 0.1, 0.3, 1.0]), quantized=st.booleans(), unit_weight=st.booleans())
+       first_max_df=st.sampled_from([0.02, 0.1, 0.3, 1.0]), quantized=st.booleans(), unit_weight=st.booleans(),
+       length_norm=st.sampled_from([0.0, 0.0, 0.3, 1.0]))
 def test_the_cascade_ranks_its_candidates_exactly(seed, n, dim, n_buckets, density, k, depth, first_max_df,
-                                                  quantized, unit_weight):
+                                                  quantized, unit_weight, length_norm):
     rng = np.random.default_rng(seed)
     docs = random_binary(rng, n, dim, n_buckets, density)
     queries = random_binary(rng, 5, dim, n_buckets, density * 2)
@@ -54,10 +55,10 @@ def test_the_cascade_ranks_its_candidates_exactly(seed, n, dim, n_buckets, densi
     index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(n)], None)
     dfs = [index.document_frequencies(b) for b in range(n_buckets)]
     cascade = Cascade(first_max_df, depth)
-    numbers, scores = cascade_search(index, queries, dfs, k, weights, scoring, cascade)
+    numbers, scores = cascade_search(index, queries, dfs, k, weights, scoring, cascade, length_norm=length_norm)
     assert numbers.shape == scores.shape == (5, min(k, n))
     for row, (want_numbers, want_scores) in enumerate(expected_among_candidates(docs, queries, dfs, k, weights,
-                                                                               scoring, cascade)):
+                                                                               scoring, cascade, length_norm)):
         got = numbers[row][numbers[row] >= 0]
         assert got.tolist() == want_numbers
         assert np.allclose(scores[row, :got.shape[0]], want_scores, rtol=0, atol=1e-9)
@@ -97,7 +98,9 @@ def test_the_searcher_turns_it_on_from_100k_documents_and_refuses_what_it_cannot
     run = searcher.search(mini_data.queries, k=3)
     encoded = searcher.encode(mini_data.queries)
     dfs = [binary.document_frequencies(b) for b in range(binary.n_buckets)]
-    numbers, _ = cascade_search(binary, encoded, dfs, 3, searcher.bucket_weights, "binary", Cascade(0.2, 5))
+    assert searcher.length_norm == 0.3  # the default, which the cascade applies in both passes
+    numbers, _ = cascade_search(binary, encoded, dfs, 3, searcher.bucket_weights, "binary", Cascade(0.2, 5),
+                                length_norm=0.3)
     assert [run.doc_ids(q.query_id) for q in mini_data.queries] == [[ids[i] for i in row if i >= 0]
                                                                      for row in numbers]
     weighted = WeightedIndex.from_encoding(mini_encoding, ids, None, tiny_encoder_session.digest())

@@ -61,7 +61,7 @@ def test_searcher_with_lookup_queries_equals_oracle(model, lookup):
     texts = ["vitamin d and bone density", "the mouse genome", "heart failure after surgery", "bone surgery"]
     docs = model.encode_document(texts, show_progress=False)
     index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(len(texts))], None, model.digest())
-    searcher = Searcher(lookup, index)
+    searcher = Searcher(lookup, index, length_norm=None)
     queries = {"q1": "bone density vitamin", "q2": "heart surgery"}
     run = searcher.search(queries, k=4)
     oracle = brute_force_scores(docs, lookup.encode(list(queries.values())), [1.0], "binary")

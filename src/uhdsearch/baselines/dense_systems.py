@@ -261,7 +261,7 @@ def build_uhd_binary(corpus, queries_train=None, qrels_train=None, backbone_dir:
     model.eval()
     encoded = model.encode_states(states, "document", show_progress=show_progress)
     index = BinaryIndex.from_encoding(encoded, [d.doc_id for d in documents], None, model.digest())
-    return Searcher(model, index, "binary", max_df=None)  # the model as it scores, no stop dimensions
+    return Searcher(model, index, "binary", max_df=None, length_norm=None)  # the model as it scores
 
 
 # ------------------------------------------------------------------ helpers

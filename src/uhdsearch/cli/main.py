@@ -227,6 +227,9 @@ def search(
                                 "100,000 documents or more."),
     lookup: bool = typer.Option(False, "--lookup", help="Encode queries by table lookup (MODEL/query_lookup.npz, "
                                 "built by `uhdsearch lookup`): ~0.3 ms a query, lower quality."),
+    length_norm: str = typer.Option("auto", "--length-norm", help="Divide binary counts by the document's active "
+                                    "dims ** ALPHA, e.g. 0.3; 'none': plain counts; 'auto': 0.3 with binary "
+                                    "scoring (chosen on SciFact train)."),
     duplicate_queries: str = typer.Option("error", "--duplicate-queries", help="A query id on two lines of "
                                           "--queries: error (default), keep-first or keep-last (one warning "
                                           "gives the count)."),
@@ -258,8 +261,11 @@ def search(
 
     from uhdsearch.search.cascade import parse_cascade
 
+    from uhdsearch.search.lengthnorm import parse_length_norm
+
     threshold = parse_max_df(max_df)
     two_pass = parse_cascade(cascade)
+    alpha = parse_length_norm(length_norm)
     if lookup and (onnx or wta_k is not None):
         raise UsageError("--lookup encodes queries by a table fixed when `uhdsearch lookup` built it: --onnx and "
                          "--wta-k do not apply to it")
@@ -278,7 +284,8 @@ def search(
         table = LookupEncoder.load(model, UHDEncoder.from_pretrained(model) if overrides else encoder)
         table.config = encoder.config  # --query-k applies to the looked-up queries too
         encoder = table
-    searcher = Searcher(encoder, index, scoring=scoring, max_df=threshold, idf=idf, cascade=two_pass)
+    searcher = Searcher(encoder, index, scoring=scoring, max_df=threshold, idf=idf, cascade=two_pass,
+                        length_norm=alpha)
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
     sys.stdout.write(format_run(run))
 

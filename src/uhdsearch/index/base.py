@@ -56,7 +56,7 @@ class SearchableIndex(Protocol):
 
     def search_encoded(
         self, queries: SparseEncoding, k: int, bucket_weights: Sequence[float], scoring: Scoring,
-        deleted: np.ndarray | None = None, n_threads: int | None = None,
+        deleted: np.ndarray | None = None, n_threads: int | None = None, length_norm: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k doc numbers and scores per query row, padded with -1 and 0 (see InvertedIndex's)."""
         ...
@@ -84,7 +84,8 @@ def hits_per_query(
             for row_numbers, row_scores in zip(np.asarray(numbers).tolist(), np.asarray(scores).tolist())]
 
 
-def check_search_args(index: SearchableIndex, queries, k, bucket_weights, scoring, deleted, n_threads) -> None:
+def check_search_args(index: SearchableIndex, queries, k, bucket_weights, scoring, deleted, n_threads,
+                      length_norm: float = 0.0) -> None:
     """The argument checks of every `search_encoded` (InvertedIndex and SegmentedIndex)."""
     if not isinstance(queries, SparseEncoding):
         raise TypeError(f"queries must be a SparseEncoding, got {type(queries).__name__}")
@@ -108,6 +109,20 @@ def check_search_args(index: SearchableIndex, queries, k, bucket_weights, scorin
                              f"{deleted.dtype}")
     if n_threads is not None and (not isinstance(n_threads, (int, np.integer)) or n_threads < 1):
         raise UsageError(f"n_threads={n_threads!r} must be a positive integer or None")
+    check_length_norm(length_norm, scoring)
+
+
+MAX_LENGTH_NORM = 2.0  # beyond it the shortest matching document wins whatever it shares
+
+
+def check_length_norm(length_norm, scoring) -> None:
+    """length_norm: the exponent alpha of binary scores' n_d ** -alpha factor (0: off); counts only, not weighted."""
+    if isinstance(length_norm, bool) or not isinstance(length_norm, (int, float, np.floating, np.integer)) or not (
+            0.0 <= float(length_norm) <= MAX_LENGTH_NORM):
+        raise UsageError(f"length_norm={length_norm!r} must be a number in [0, {MAX_LENGTH_NORM:g}] (0: off)")
+    if length_norm and scoring == "weighted":
+        raise UsageError("length_norm divides binary or quantized counts by the document's active dims; weighted "
+                         "scoring already uses L2-normalized vectors: pass length_norm=0")
 
 
 def check_overlap_args(index, query, numbers) -> None:

@@ -128,6 +128,7 @@ class ImpactPlanes:
     # Searcher's max_df="auto" keeps every dim here: on SciFact train the planes reach 0.8021 nDCG@10 with every
     # dim and 0.7939 without those above 0.3 (benchmarks/impact_planes.py)
     stop_dimensions_by_default = False
+    length_norm_supported = False  # its binary dims are value planes, not the documents' active dims
 
     def __init__(self, index: BinaryIndex, dim: int, doc_bits: int, query_bits: int, edges: list[np.ndarray],
                  document_frequencies: list[np.ndarray]):
@@ -252,8 +253,13 @@ class ImpactPlanes:
 
     def search_encoded(self, queries: SparseEncoding, k: int, bucket_weights: Sequence[float] | None = None,
                        scoring: str = "weighted", deleted: np.ndarray | None = None,
-                       n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k of sum over shared dims of query level x document level (InvertedIndex's contract)."""
+                       n_threads: int | None = None, length_norm: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k of sum over shared dims of query level x document level (InvertedIndex's contract).
+
+        length_norm: must be 0; the levels already carry the document's values (its plane bits are not dims)."""
+        if length_norm:
+            raise UsageError(f"length_norm={length_norm!r}: an impact-plane index scores document levels, which "
+                             "length normalization does not apply to; pass 0")
         if queries.dim != self.dim or queries.n_buckets != self.index.n_buckets:
             raise DimensionMismatchError(f"the queries have dim={queries.dim} and {queries.n_buckets} buckets; the "
                                          f"planes were built for dim={self.dim} and {self.index.n_buckets}")

@@ -23,6 +23,7 @@ from uhdsearch.errors import IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.base import Scoring, check_overlap_args, check_search_args
 from uhdsearch.index.kernels import dispatch
+from uhdsearch.index.kernels.lengths import document_lengths, length_scales
 from uhdsearch.index.kernels.levels import check_levels
 from uhdsearch.index.kernels.probe import probe_counts
 from uhdsearch.index.kernels.validation import blocks_are_valid
@@ -61,6 +62,8 @@ class InvertedIndex:
         self.meta = meta
         self.path = path
         self._postings: list[Postings] | None = None
+        self._lengths: list[np.ndarray | None] = [None] * len(buckets)
+        self._scales: dict[float, list[tuple[np.ndarray, np.ndarray]]] = {}
 
     # ------------------------------------------------------------------ facts
     @property
@@ -253,6 +256,7 @@ class InvertedIndex:
         scoring: Scoring,
         deleted: np.ndarray | None = None,
         n_threads: int | None = None,
+        length_norm: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k of every query row (Eq. 7 summed over buckets with `bucket_weights`).
 
@@ -263,6 +267,8 @@ class InvertedIndex:
                 sums the query's integer values (1..15, e.g. quantized IDF) of the dims a document shares.
             deleted: optional (n_documents,) bool mask of documents never returned.
             n_threads: threads for the kernels (default: numba's current setting).
+            length_norm: alpha > 0 divides each bucket's binary or quantized count by n_d ** alpha, n_d the
+                document's active dims in that bucket (`document_lengths`); 0 (the default here): plain counts.
         Returns:
             numbers (n_queries, min(k, n_documents)) int64 and scores of the same shape float64, sorted by
             score descending then doc number ascending; only positive scores; rows padded with -1 and 0.
@@ -270,13 +276,32 @@ class InvertedIndex:
             DimensionMismatchError: queries of another dim or bucket count.
             ValueError: bad k, weights, scoring, mask or thread count.
         """
-        check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
+        check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads, length_norm)
         if n_threads is None:
             n_threads = numba.get_num_threads()
         if scoring == "quantized":
             check_levels(queries)
         return dispatch.search(self.buckets, self.n_documents, queries, int(k), bucket_weights,
-                              scoring == "weighted", deleted, int(n_threads), quantized=scoring == "quantized")
+                              scoring == "weighted", deleted, int(n_threads), quantized=scoring == "quantized",
+                              scales=self.length_scales(length_norm) if length_norm else None)
+
+    def document_lengths(self, bucket: int = 0) -> np.ndarray:
+        """(n_documents,) int64 number of active dims of each document in `bucket`; counted from the postings on
+        first use and kept (about 1 s per million documents at the quickstart model's density)."""
+        if self._lengths[bucket] is None:
+            c = self.buckets[bucket]
+            lengths = document_lengths(c.indptr, c.bitmap_rows, c.bitmaps, c.block_ptr, c.payload_ptr, c.blocks,
+                                       c.payload, n_words(self.n_documents), self.n_documents)
+            lengths.setflags(write=False)
+            self._lengths[bucket] = lengths
+        return self._lengths[bucket]
+
+    def length_scales(self, alpha: float) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per bucket (n_d ** -alpha per document, its maximum per 64-document word), kept per alpha."""
+        alpha = float(alpha)
+        if alpha not in self._scales:
+            self._scales[alpha] = [length_scales(self.document_lengths(b), alpha) for b in range(self.n_buckets)]
+        return self._scales[alpha]
 
     def document_frequencies(self, bucket: int = 0) -> np.ndarray:
         """(dim,) int64 number of documents in which each dimension is active."""

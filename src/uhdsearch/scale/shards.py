@@ -107,9 +107,9 @@ class _ShardActor:
                 "dim": self.index.dim, "n_buckets": self.index.n_buckets, "variant": self.index.variant,
                 "encoder_digest": self.index.encoder_digest}
 
-    def search(self, queries, k, bucket_weights, scoring, deleted):
+    def search(self, queries, k, bucket_weights, scoring, deleted, length_norm=0.0):
         self.n_searches += 1
-        return self.index.search_encoded(queries, k, bucket_weights, scoring, deleted, self.n_threads)
+        return self.index.search_encoded(queries, k, bucket_weights, scoring, deleted, self.n_threads, length_norm)
 
     def stats(self) -> dict:
         import ray
@@ -190,17 +190,18 @@ class ShardedIndex:
 
     def search_encoded(
         self, queries: SparseEncoding, k: int, bucket_weights: Sequence[float], scoring: Scoring,
-        deleted: np.ndarray | None = None, n_threads: int | None = None,
+        deleted: np.ndarray | None = None, n_threads: int | None = None, length_norm: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k over all shards (same contract as InvertedIndex.search_encoded).
 
         `n_threads` is accepted for the protocol; each shard searches with its actor's `threads_per_shard`.
+        A length-normalized score depends on the document alone, so the shards' scores merge as they are.
         """
-        check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
+        check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads, length_norm)
         shipped = self._ray.put(queries)  # one copy in the object store, read by every shard
         weights = [float(w) for w in bucket_weights]
         args = [(shipped, int(k), weights, scoring,
-                 None if deleted is None else deleted[self.offsets[i]:self.offsets[i + 1]])
+                 None if deleted is None else deleted[self.offsets[i]:self.offsets[i + 1]], float(length_norm))
                 for i in range(self.n_shards)]
         numbers_parts, scores_parts = [], []
         for offset, (numbers, scores) in zip(self.offsets, self._groups.call("search", args)):

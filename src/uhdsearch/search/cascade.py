@@ -101,22 +101,27 @@ def split_by_frequency(queries: SparseEncoding, document_frequencies, limit: flo
 
 
 def cascade_search(index, queries: SparseEncoding, document_frequencies, k: int, bucket_weights, scoring: str,
-                   cascade: Cascade, n_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   cascade: Cascade, n_threads: int | None = None,
+                   length_norm: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """search_encoded's contract (numbers, scores padded with -1 and 0), by the two passes above.
 
     scoring: "binary", or "quantized" (integer query weights).
     n_threads: the first pass's (search_encoded's).
+    length_norm: both passes divide each bucket's count by the document's active dims ** length_norm.
     """
     n_documents = index.n_documents
     depth = min(k, n_documents)
     rare, frequent = split_by_frequency(queries, document_frequencies, cascade.first_max_df * n_documents)
-    numbers, scores = index.search_encoded(rare, max(k, cascade.depth), bucket_weights, scoring, n_threads=n_threads)
+    numbers, scores = index.search_encoded(rare, max(k, cascade.depth), bucket_weights, scoring, n_threads=n_threads,
+                                           length_norm=length_norm)
+    scales = index.length_scales(length_norm) if length_norm else None
     out_numbers = np.full((queries.n, depth), -1, np.int64)
     out_scores = np.zeros((queries.n, depth))
     exact_rows = []
-    # One bucket weighted 1: the first pass's score is the exact integer count of the rare dims, so adding the
-    # frequent counts gives the exact full score; otherwise the float sums are redone over all dims, bucket by
-    # bucket in bucket order, as the kernels sum them.
+    # One bucket weighted 1: the first pass's score is the exact integer count of the rare dims (times the
+    # document's length factor, which divides out exactly), so adding the frequent counts gives the exact full
+    # score; otherwise the float sums are redone over all dims, bucket by bucket in bucket order, as the kernels
+    # sum them.
     additive = len(bucket_weights) == 1 and float(bucket_weights[0]) == 1.0
     quantized = scoring == "quantized"
     for row in range(queries.n):
@@ -127,12 +132,20 @@ def cascade_search(index, queries: SparseEncoding, document_frequencies, k: int,
             continue
         if additive:
             one = frequent if queries.n == 1 else frequent[row:row + 1]  # a CSR slice costs ~30 us
-            total = scores[row, found] + index.overlap_counts(one, candidates, quantized)[0]
+            first = scores[row, found]
+            if scales is not None:  # the first pass's integer counts back from (1.0 x count) x scale: exact
+                first = np.rint(first / scales[0][0][candidates])
+            total = first + index.overlap_counts(one, candidates, quantized)[0]
+            if scales is not None:
+                total = (1.0 * total) * scales[0][0][candidates]
         else:
             counts = index.overlap_counts(queries if queries.n == 1 else queries[row:row + 1], candidates, quantized)
             total = np.zeros(candidates.shape[0])
-            for weight, count in zip(bucket_weights, counts):
-                total += float(weight) * count
+            for b, (weight, count) in enumerate(zip(bucket_weights, counts)):
+                if scales is None:
+                    total += float(weight) * count
+                else:  # the kernels' order: (weight x count) x the document's scale
+                    total += (float(weight) * count) * scales[b][0][candidates]
         top = tie_order(total, candidates)[:depth]
         top = top[total[top] > 0]  # negative bucket weights: exact search returns positive scores only
         out_numbers[row, :top.shape[0]] = candidates[top]
@@ -140,6 +153,6 @@ def cascade_search(index, queries: SparseEncoding, document_frequencies, k: int,
     if exact_rows:
         rows = np.array(exact_rows)
         out_numbers[rows], out_scores[rows] = index.search_encoded(queries[rows], k, bucket_weights, scoring,
-                                                                   n_threads=n_threads)
+                                                                   n_threads=n_threads, length_norm=length_norm)
     return out_numbers, out_scores
 

@@ -64,16 +64,23 @@ def score_query(
 
 
 def brute_force_scores(
-    documents: SparseEncoding, queries: SparseEncoding, bucket_weights: Sequence[float], scoring: Scoring
+    documents: SparseEncoding, queries: SparseEncoding, bucket_weights: Sequence[float], scoring: Scoring,
+    length_norm: float = 0.0,
 ) -> np.ndarray:
-    """(n_queries, n_docs) float64 scores by sparse matrix products: the test oracle."""
+    """(n_queries, n_docs) float64 scores by sparse matrix products: the test oracle.
+
+    length_norm: each bucket's product times max(n_d, 1) ** -length_norm, n_d the document's active dims there.
+    """
     if scoring == "binary":
         documents, queries = documents.binarize(), queries.binarize()
     elif scoring == "quantized":
         documents = documents.binarize()
     total = np.zeros((queries.n, documents.n))
     for weight, q, d in zip(bucket_weights, queries.buckets, documents.buckets):
-        total += weight * (q.astype(np.float64) @ d.astype(np.float64).T).toarray()
+        products = weight * (q.astype(np.float64) @ d.astype(np.float64).T).toarray()
+        if length_norm:
+            products = products * np.maximum(np.diff(d.indptr), 1).astype(np.float64) ** -float(length_norm)
+        total += products
     return total
 
 

@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.base import Scoring, SearchableIndex, hits_per_query
 from uhdsearch.search.cascade import Cascade, cascade_search, resolve_cascade
+from uhdsearch.search.lengthnorm import resolve_length_norm
 from uhdsearch.search.stopdims import AUTO, QueryWeighting, resolve_max_df
 from uhdsearch.topk import tie_order
 from uhdsearch.sparse import SparseEncoding
@@ -39,6 +40,9 @@ class Searcher:
         cascade: a `Cascade` (search/cascade.py): the rare query dims choose candidates, the frequent ones are
             counted for those only; not exact. "auto" (the default): `Cascade()` on indexes of 100,000 documents
             or more with binary scoring, none below; None: exact search.
+        length_norm: divide each bucket's binary count by the document's active dims ** length_norm
+            (search/lengthnorm.py). "auto" (the default): 0.3 with binary scoring (not idf, not a bucket
+            predictor), off otherwise; None or 0: plain counts, the paper's score.
 
     Example:
         >>> from uhdsearch.encoder.config import EncoderConfig
@@ -67,6 +71,7 @@ class Searcher:
         bucket_predictor=None,
         document_frequencies: list[np.ndarray] | None = None,
         cascade: Cascade | str | None = AUTO,
+        length_norm: float | str | None = AUTO,
     ) -> None:
         config = encoder.config
         # Checked here, once, with the encoder named: the index's own checks only see encoded queries.
@@ -138,10 +143,12 @@ class Searcher:
                 raise UsageError(f"the bucket predictor was fitted for {bucket_predictor.scoring} scoring; this "
                                  f"searcher scores {self._kernel_scoring}")
         self.bucket_predictor = bucket_predictor
+        self.length_norm = resolve_length_norm(length_norm, self._kernel_scoring, index, bucket_predictor)
+        named_norm = f"-ln{self.length_norm:g}" if length_norm not in (AUTO, None) and self.length_norm else ""
         named_cascade = f"-cascade{self.cascade.first_max_df:g}x{self.cascade.depth}" if cascade != AUTO and \
             self.cascade else ""
         self.name = name or (f"uhd-{self.scoring}" + ("-idf" if idf else "") + (f"-df{explicit:g}" if explicit else "")
-                             + named_cascade)
+                             + named_norm + named_cascade)
         self._documents: SparseEncoding | None = None  # the index's vectors, loaded by the first rerank
 
     def encode(self, queries: Sequence[Query]) -> SparseEncoding:
@@ -190,9 +197,10 @@ class Searcher:
     def _search_encoded(self, encoded: SparseEncoding, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.cascade is not None:
             return cascade_search(self.index, encoded, self._document_frequencies, k, self.bucket_weights,
-                                  self._kernel_scoring, self.cascade)
+                                  self._kernel_scoring, self.cascade, length_norm=self.length_norm)
         if self.bucket_predictor is None:
-            return self.index.search_encoded(encoded, k, self.bucket_weights, self._kernel_scoring)
+            return self.index.search_encoded(encoded, k, self.bucket_weights, self._kernel_scoring,
+                                             length_norm=self.length_norm)
         predictor = self.bucket_predictor
         choice = predictor.choose(predictor.features(encoded, self.index, self._kernel_scoring))
         numbers = scores = None
@@ -248,13 +256,14 @@ class Searcher:
             self._documents = self.index.document_vectors().binarize()
         query = query.binarize()
         total = np.zeros(numbers.shape[0])
-        # Per-bucket overlaps are exact integers; weighted by bucket and summed in bucket order from 0.0 in float64,
-        # as the kernels sum them.
-        for weight, q, documents in zip(self.bucket_weights, query.buckets, self._documents.buckets):
+        scales = self.index.length_scales(self.length_norm) if self.length_norm else None
+        # Per-bucket overlaps are exact integers; weighted by bucket (and scaled by the document's length factor)
+        # and summed in bucket order from 0.0 in float64, as the kernels sum them.
+        for b, (weight, q, documents) in enumerate(zip(self.bucket_weights, query.buckets, self._documents.buckets)):
             if weight == 0 or q.nnz == 0:
                 continue
-            products = q.astype(np.float64) @ documents[numbers].astype(np.float64).T
-            total += weight * products.toarray().ravel()
+            products = (q.astype(np.float64) @ documents[numbers].astype(np.float64).T).toarray().ravel()
+            total += weight * products if scales is None else (weight * products) * scales[b][0][numbers]
         return np.where(total > 0, total, 0.0)  # the index returns positive scores only
 
     def _candidate_scores_by_search(self, query: SparseEncoding, numbers: np.ndarray) -> np.ndarray:
@@ -263,7 +272,7 @@ class Searcher:
         outside = np.ones(len(self.index.doc_ids), dtype=bool)  # doc numbers, deleted ones included
         outside[numbers] = False
         found, scores = self.index.search_encoded(query, len(numbers), self.bucket_weights, self._kernel_scoring,
-                                                  deleted=outside)
+                                                  deleted=outside, length_norm=self.length_norm)
         hits = found[0] >= 0
         score_of = dict(zip(found[0, hits].tolist(), scores[0, hits].tolist()))
         return np.array([score_of.get(int(n), 0.0) for n in numbers])

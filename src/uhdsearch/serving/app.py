@@ -110,6 +110,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         system: str = Param("uhd", pattern="^(uhd|bm25)$"),
         max_df: str = Param("auto", description="stop dimensions: auto, none, or a fraction in (0, 1]"),
         cascade: str = Param("auto", description="two-pass search: auto, none (exact), or FIRST_MAX_DF:DEPTH"),
+        length_norm: str = Param("auto", description="binary counts / active dims ** ALPHA: auto, none, or ALPHA"),
     ) -> dict:
         """One query: the top-k documents with title and snippet (system=bm25: the BM25 ranking)."""
         check_query(q)
@@ -119,7 +120,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
             run = await blocking(service.bm25_search, queries, k)
             return respond("bm25", k, queries, run, service.snapshot)
         options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df),
-                                _cascade(cascade, settings.max_k))
+                                _cascade(cascade, settings.max_k), _length_norm(length_norm))
         run, snapshot = await blocking(service.search, queries, k, options)
         return respond("uhd", k, queries, run, snapshot)
 
@@ -136,7 +137,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
             raise ServiceError(422, "queries: a query_id appears twice")
         queries = [Query(q.query_id, q.text) for q in body.queries]
         options = SearchOptions(body.scoring, body.query_k, body.bucket_weights, _max_df(body.max_df),
-                                _cascade(body.cascade, settings.max_k))
+                                _cascade(body.cascade, settings.max_k), _length_norm(body.length_norm))
         run, snapshot = await blocking(service.search, queries, body.k, options, body.candidates)
         return respond("uhd", body.k, queries, run, snapshot)
 
@@ -151,10 +152,11 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     async def explain(q: str = Param(..., min_length=1), doc_id: str = Param(..., min_length=1),
                       scoring: str | None = Param(None, pattern="^(binary|weighted)$"),
                       query_k: int | None = Param(None, ge=0), bucket_weights: str | None = None,
-                      max_df: str = Param("auto")) -> dict:
+                      max_df: str = Param("auto"), length_norm: str = Param("auto")) -> dict:
         """The latent dimensions query and document share, per bucket: contribution, tokens, typical tokens."""
         check_query(q)
-        options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df))
+        options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df),
+                                length_norm=_length_norm(length_norm))
         return await blocking(service.explain, q, doc_id, options)
 
     def authorize(authorization: str | None, x_api_key: str | None) -> None:
@@ -242,6 +244,16 @@ def _cascade(value: str, max_k: int):
     if isinstance(cascade, Cascade) and cascade.depth > max_k:
         raise ServiceError(422, f"cascade={value!r}: the depth may be at most max_k={max_k}")
     return cascade
+
+
+def _length_norm(value: str | float):
+    from uhdsearch.errors import UsageError
+    from uhdsearch.search.lengthnorm import parse_length_norm
+
+    try:
+        return parse_length_norm(str(value))
+    except UsageError as exc:
+        raise ServiceError(422, f"length_norm={value!r}: {str(exc).split(': ', 1)[-1]}") from None
 
 
 def _weights(text: str | None) -> list[float] | None:

@@ -70,11 +70,12 @@ def token_winners(encoder, texts: Sequence[str], kind: str) -> list[list[TokenWi
 
 
 def dim_contributions(
-    index: SearchableIndex, query: SparseEncoding, number: int, bucket_weights: Sequence[float], scoring: str
+    index: SearchableIndex, query: SparseEncoding, number: int, bucket_weights: Sequence[float], scoring: str,
+    length_norm: float = 0.0,
 ) -> list[tuple[int, int, float, float]]:
     """(bucket, dim, query value, contribution) of every query dimension the document `number` shares.
 
-    `query` is one encoded query row. Contributions are bucket-weighted, as in the score.
+    `query` is one encoded query row. Contributions are bucket-weighted (and length-normalized), as in the score.
     """
     if hasattr(index, "contributions"):  # impact planes quantize the query as a whole (index/impacts.py)
         return index.contributions(query, number, bucket_weights)
@@ -88,7 +89,8 @@ def dim_contributions(
                                      shape=(len(rows), query.dim), dtype=np.float32))
     outside = np.ones(len(index.doc_ids), dtype=bool)
     outside[number] = False
-    numbers, scores = index.search_encoded(SparseEncoding(buckets), 1, bucket_weights, scoring, deleted=outside)
+    numbers, scores = index.search_encoded(SparseEncoding(buckets), 1, bucket_weights, scoring, deleted=outside,
+                                           length_norm=length_norm)
     return [(b, d, v, float(scores[i, 0])) for i, (b, d, v) in enumerate(rows)
             if numbers[i, 0] == number and scores[i, 0] > 0]
 

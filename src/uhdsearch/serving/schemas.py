@@ -21,6 +21,7 @@ class SearchRequest(_Strict):
     bucket_weights: list[float] | None = None
     max_df: str | float = Field("auto", description="stop dimensions: auto, none, or a fraction in (0, 1]")
     cascade: str = Field("auto", description="two-pass search: auto, none (exact), or FIRST_MAX_DF:DEPTH")
+    length_norm: str | float = Field("auto", description="binary counts / active dims ** ALPHA: auto, none, or ALPHA")
     candidates: dict[str, list[str]] | None = Field(
         None, description="query_id -> doc_ids to re-rank instead of searching the whole index")
 

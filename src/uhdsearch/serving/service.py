@@ -60,6 +60,7 @@ class SearchOptions:
     bucket_weights: Sequence[float] | None = None
     max_df: float | str | None = AUTO  # stop dimensions, as Searcher's (search/stopdims.py)
     cascade: object = AUTO  # a Cascade, None (exact) or "auto", as Searcher's (search/cascade.py)
+    length_norm: float | str | None = AUTO  # as Searcher's (search/lengthnorm.py)
 
 
 class _TimedEncoder:
@@ -140,7 +141,7 @@ class SearchService:
         searcher = Searcher(_TimedEncoder(encoder, self.on_encode), snapshot.index, scoring=options.scoring,
                             query_k=options.query_k or None, bucket_weights=options.bucket_weights,
                             max_df=options.max_df, document_frequencies=snapshot.document_frequencies,
-                            cascade=options.cascade)
+                            cascade=options.cascade, length_norm=options.length_norm)
         if options.query_k == 0:
             searcher.query_k = None  # keep every active dimension, as the CLI's --query-k 0
         return searcher
@@ -174,7 +175,8 @@ class SearchService:
             raise ServiceError(404, f"doc_id {doc_id!r} is not in the index")
         searcher = self.searcher(snapshot, options)
         query = searcher.encode([Query("q", text)])
-        shared = dim_contributions(snapshot.index, query, number, searcher.bucket_weights, searcher.scoring)
+        shared = dim_contributions(snapshot.index, query, number, searcher.bucket_weights, searcher.scoring,
+                                   searcher.length_norm)
         shared.sort(key=lambda row: (-row[3], row[0], row[1]))
         query_tokens = token_winners(self.encoder, [text[:self._max_query_chars()]], "query")[0]
         document = self.documents.get(doc_id)

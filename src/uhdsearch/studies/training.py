@@ -245,7 +245,8 @@ def _test_scores(model, documents, data, states) -> dict[str, Any]:
     row: dict[str, Any] = {"active_dims_per_document": round(float(encoded.active_per_row().sum(axis=1).mean()), 1)}
     for kind, cls in (("binary", BinaryIndex), ("weighted", WeightedIndex)):
         index = cls.from_encoding(encoded, doc_ids, None)
-        scores = evaluate(Searcher(model, index, kind, max_df=None).search(data.queries, k=100), data.qrels, MEASURES)
+        searcher = Searcher(model, index, kind, max_df=None, length_norm=None)  # the model's own score
+        scores = evaluate(searcher.search(data.queries, k=100), data.qrels, MEASURES)
         row.update({f"{kind}_{m}": round(v, 4) for m, v in scores.items()})
     return row
 

@@ -355,7 +355,8 @@ def dev_evaluator(
         else:
             encoded = model.encode_document([documents[i].full_text for i in rows], show_progress=False)
         index = BinaryIndex.from_encoding(encoded, doc_ids, None)
-        searcher = Searcher(model, index, "binary", max_df=None)  # the model's own score: no stop dimensions
+        # the model's own score, as training sees it: every dim, plain counts
+        searcher = Searcher(model, index, "binary", max_df=None, length_norm=None)
         return evaluate(searcher.search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
 
     return score

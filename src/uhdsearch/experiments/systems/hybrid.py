@@ -38,5 +38,6 @@ def hybrid(ctx: SystemContext, first: str, second: str, name: str,
 
 
 register("hybrid-uhd-bm25")(lambda ctx: hybrid(ctx, "uhd-binary", "bm25", "hybrid-uhd-bm25"))
+register("hybrid-uhdnorm-bm25")(lambda ctx: hybrid(ctx, "uhd-binary-norm", "bm25", "hybrid-uhdnorm-bm25"))
 register("hybrid-dense-bm25")(lambda ctx: hybrid(ctx, "dense", "bm25", "hybrid-dense-bm25"))
 register("rrf-uhd-bm25")(lambda ctx: hybrid(ctx, "uhd-binary", "bm25", "rrf-uhd-bm25", "rrf"))

@@ -72,18 +72,22 @@ def _same_weights(a, b) -> bool:
     return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
-def _uhd(ctx: SystemContext, variant: str) -> Retriever:
+def _uhd(ctx: SystemContext, variant: str, defaults: bool = False) -> Retriever:
     from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
     from uhdsearch.search.searcher import Searcher
 
     model, encoded = uhd_model(ctx)
     klass = BinaryIndex if variant == "binary" else WeightedIndex
     index = klass.from_encoding(encoded, [d.doc_id for d in ctx.documents], None, model.digest())
-    return Searcher(model, index, variant, max_df=None)  # named systems score every dim (figures in README)
+    if defaults:  # what `uhdsearch search` does: stop dimensions dropped, counts divided by document length
+        return Searcher(model, index, variant, name=f"uhd-{variant}-norm")
+    # the other named systems score every dim with plain counts (figures in README)
+    return Searcher(model, index, variant, max_df=None, length_norm=None)
 
 
 register("uhd-binary", fits_on_source=True, trains_on_source=True)(lambda ctx: _uhd(ctx, "binary"))
 register("uhd-weighted", fits_on_source=True, trains_on_source=True)(lambda ctx: _uhd(ctx, "weighted"))
+register("uhd-binary-norm", fits_on_source=True, trains_on_source=True)(lambda ctx: _uhd(ctx, "binary", True))
 # Untrained: the quickstart's dev early stopping keeps this head, so the pair isolates the effect of whitening.
 register_family("uhd-binary-untrained", build_uhd_binary, fits_on_source=True)
 register_family("uhd-binary+whiten", build_uhd_binary, fits_on_source=True, whiten=True)

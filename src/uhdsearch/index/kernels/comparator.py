@@ -30,16 +30,45 @@ def at_least(planes, q, cw, n_planes, n_w, need, hits, equal):
         hits[w] |= equal[w]
 
 
+@numba.njit(cache=True, inline="always")
+def _need(weight, n_lists, scale, n_planes, worst):
+    """The smallest count whose best score (every list dim too, at this length factor) beats `worst`: the
+    comparison the scores make, so float rounding cannot drop a document that belongs in the heap."""
+    need = 0
+    if scale != 1.0:  # a first guess never above the answer, then the exact comparison
+        need = max(0, np.int64(worst / (weight * scale) * (1.0 - 1e-9)) - n_lists - 1)
+    while need < (1 << n_planes) and (weight * np.float64(n_lists + need)) * scale <= worst:
+        need += 1
+    return need
+
+
 @numba.njit(cache=True)
 def sole_bucket_hits(planes, q, cw, n_planes, n_w, m, n_lists, weight, list_counts, hits, equal, deleted, c0,
-                     size, k, out_scores, out_docs):
-    """Offer the chunk's documents that can beat the full heap, scored by one bucket; returns the heap size."""
-    need = 0  # smallest bitmap count whose best total (every list dim too) beats the heap's worst
-    while need < (1 << n_planes) and weight * np.float64(n_lists + need) <= out_scores[0]:
-        need += 1
-    if need == 1 << n_planes:
-        return size
-    at_least(planes, q, cw, n_planes, n_w, need, hits, equal)
+                     size, k, out_scores, out_docs, scales, class_bits, class_max, w0, class_hits):
+    """Offer the chunk's documents that can beat the full heap, scored by one bucket; returns the heap size.
+
+    scales: empty, or each document's length factor (kernels/lengths.py): then each length class of the chunk's
+    documents (class_bits, words from w0 on) gets the count its own largest factor needs (class_hits: scratch).
+    """
+    normed = scales.shape[0] > 0
+    if not normed:
+        need = _need(weight, n_lists, 1.0, n_planes, out_scores[0])
+        if need == 1 << n_planes:
+            return size
+        at_least(planes, q, cw, n_planes, n_w, need, hits, equal)
+    else:
+        hits[:n_w] = 0
+        n_words = class_bits.shape[0] // class_max.shape[0]
+        for c in range(class_max.shape[0]):
+            if class_max[c] == 0.0:  # an empty class (fewer documents than classes)
+                continue
+            need = _need(weight, n_lists, class_max[c], n_planes, out_scores[0])
+            if need == 1 << n_planes:
+                continue
+            at_least(planes, q, cw, n_planes, n_w, need, class_hits, equal)
+            members = class_bits[c * n_words + w0:c * n_words + w0 + n_w]
+            for w in range(n_w):
+                hits[w] |= class_hits[w] & members[w]
     for w in range(n_w):
         x = hits[w]
         while x:
@@ -52,6 +81,8 @@ def sole_bucket_hits(planes, q, cw, n_planes, n_w, m, n_lists, weight, list_coun
             for j in range(n_planes):
                 count += np.int64((planes[q + j * cw + w] >> np.uint64(bit)) & np.uint64(1)) << j
             score = 0.0 + weight * np.float64(count)  # as the general path sums it
+            if normed:
+                score = 0.0 + (weight * np.float64(count)) * scales[c0 + i]
             if score > out_scores[0]:
                 if deleted.shape[0] and deleted[c0 + i]:
                     continue

@@ -54,11 +54,13 @@ _LOCAL = threading.local()
 
 
 def _run_tasks(*args) -> None:
-    """run_tasks with this thread's scratch, allocated once per thread (concurrent searches never share one)."""
+    """run_tasks with this thread's scratch, allocated once per thread (concurrent searches never share one).
+
+    args: run_tasks's, up to `last`, then its four length-normalization tuples."""
     scratch = getattr(_LOCAL, "scratch", None)
     if scratch is None:
         scratch = _LOCAL.scratch = np.empty(SCRATCH_WORDS, np.uint64)
-    run_tasks(*args, scratch)
+    run_tasks(*args[:-4], scratch, *args[-4:])
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -78,21 +80,24 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 
 def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted: bool,
-           deleted: np.ndarray | None, n_threads: int, quantized: bool = False) -> tuple[np.ndarray, np.ndarray]:
+           deleted: np.ndarray | None, n_threads: int, quantized: bool = False,
+           scales=None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of every query row over compressed `buckets`; see InvertedIndex.search_encoded.
 
     quantized: the query values are integer weights 1..15 over binary documents (levels.py).
+    scales: None, or per bucket the arrays of kernels/lengths.py's length_scales: length-normalized counts.
     """
     depth = min(k, n_documents)
     n_q = queries.n
     if n_q == 0 or depth == 0:
         return np.full((n_q, depth), -1, np.int64), np.zeros((n_q, depth))
     return search_arrays(buckets, n_documents, n_q, query_arrays(queries, len(buckets)), k, bucket_weights,
-                         weighted, deleted, n_threads, quantized)
+                         weighted, deleted, n_threads, quantized, scales)
 
 
 def search_arrays(buckets, n_documents: int, n_q: int, arrays, k: int, bucket_weights, weighted: bool,
-                  deleted: np.ndarray | None, n_threads: int, quantized: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                  deleted: np.ndarray | None, n_threads: int, quantized: bool = False,
+                  scales=None) -> tuple[np.ndarray, np.ndarray]:
     """`search` over query arrays (qptr, qdims, qvals) already ordered by (query, bucket)."""
     depth = min(k, n_documents)
     if n_q == 0 or depth == 0:
@@ -110,21 +115,25 @@ def search_arrays(buckets, n_documents: int, n_q: int, arrays, k: int, bucket_we
         tuple(p.weights if (weighted and p.weights is not None) else empty_weights for p in buckets),
     )
     mask = np.zeros(0, np.bool_) if deleted is None else np.ascontiguousarray(deleted, np.bool_)
+    if scales is None:
+        scales = [(np.zeros(0), np.zeros(0), np.zeros(0, np.uint64), np.zeros(0))] * len(buckets)
+    factors = tuple(tuple(np.ascontiguousarray(s[i], dtype) for s in scales)
+                    for i, dtype in enumerate((np.float64, np.float64, np.uint64, np.float64)))
     common = (*args, (n_documents + 63) // 64, qptr, qdims, qvals, np.asarray(bucket_weights, np.float64),
               weighted and not quantized, quantized, bounds, mask, depth, out_docs, out_scores)
     n_tasks = n_q * n_ranges
     n_workers = min(n_threads, n_tasks)
     if n_workers == 1:
-        _run_tasks(*common, 0, n_tasks)
+        _run_tasks(*common, 0, n_tasks, *factors)
     else:
         # Host threads rather than numba's parallel=True: they sleep instead of spinning when the machine is
         # busy (OpenMP's spinning made 2 threads slower than 1 on a loaded 2-core box), and compile faster.
         # The calling thread takes the last share itself: waiting idle for a pool thread instead left three
         # runnable threads on two cores and cost a hand-off per query.
         cuts = [n_tasks * i // n_workers for i in range(n_workers + 1)]
-        futures = [_pool().submit(_run_tasks, *common, cuts[i], cuts[i + 1]) for i in range(n_workers - 1)]
+        futures = [_pool().submit(_run_tasks, *common, cuts[i], cuts[i + 1], *factors) for i in range(n_workers - 1)]
         try:
-            _run_tasks(*common, cuts[-2], cuts[-1])
+            _run_tasks(*common, cuts[-2], cuts[-1], *factors)
         finally:  # the pool threads write into the same output arrays: never return before they finish
             for future in futures:
                 future.result()

@@ -38,13 +38,17 @@ def _order_by_level(bases, level_ptr, qdims, qvals, lo_j, hi_j, rows, words, qua
 @numba.njit(cache=True)
 def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
                  qptr, qdims, qvals, bucket_weights, weighted, quantized, lo, hi, deleted, k, out_docs, out_scores,
-                 scratch):
+                 scratch, scales, word_max, class_bits, class_max):
     """quantized: binary documents, the query values are integer weights 1..MAX_LEVEL (levels.py).
+
+    scales, word_max, class_bits, class_max: per bucket, empty arrays, or kernels/lengths.py's length_scales
+    arrays: a bucket's count then adds (weight x count) x scale[doc].
 
     scratch: SCRATCH_WORDS words for the adder (levels.py), from the caller (a fresh 1 MB array per query cost
     ~0.4 ms of page faults at 100k documents, as much as the search).
     """
     n_buckets = bucket_weights.shape[0]
+    normed = scales[0].shape[0] > 0
     chunk = max(64, min(CHUNK, (hi - lo + 63) // 64 * 64))  # small indexes need no full-size scratch
     chunk_words = chunk // 64
     total = np.zeros(chunk if weighted else 0, np.float64)
@@ -53,6 +57,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
     planes = np.zeros(n_buckets * chunk_words * MAX_PLANES, np.uint64)
     carry = np.zeros(chunk_words, np.uint64)
     hits = np.zeros(chunk_words, np.uint64)
+    class_hits = np.zeros(chunk_words if normed else 0, np.uint64)
     size = 0
     c_off = qptr[0]
     # per query entry: next block of a list dim, or next weight of a bitmap dim
@@ -151,7 +156,8 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
         if comparator:  # `carry` is free again: it serves as the comparator's scratch
             size = sole_bucket_hits(planes, sole * chunk_words * MAX_PLANES, chunk_words, n_planes[sole], n_w, m,
                                     n_lists[sole], bucket_weights[sole], counts[sole * chunk:(sole + 1) * chunk],
-                                    hits, carry, deleted, c0, size, k, out_scores, out_docs)
+                                    hits, carry, deleted, c0, size, k, out_scores, out_docs, scales[sole],
+                                    class_bits[sole], class_max[sole], w0, class_hits)
             continue
         for w in range(n_w):
             if size == k:
@@ -164,7 +170,10 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                     largest = n_lists[b]
                     if bases_ptr[b + 1] > bases_ptr[b]:
                         largest += planes_max(planes, b * chunk_words * MAX_PLANES + w, chunk_words, n_planes[b])
-                    bound += weight_b * np.float64(largest)
+                    if normed:  # rounding is monotone: no document of the word can exceed this
+                        bound += (weight_b * np.float64(largest)) * word_max[b][w0 + w]
+                    else:
+                        bound += weight_b * np.float64(largest)
                 if bound <= out_scores[0]:
                     continue
             for b in range(n_buckets):
@@ -175,7 +184,10 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 score = 0.0
                 for b in range(n_buckets):
                     if bucket_weights[b] != 0.0 and qptr[b + 1] > qptr[b]:
-                        score += bucket_weights[b] * np.float64(counts[b * chunk + i])
+                        if normed:
+                            score += (bucket_weights[b] * np.float64(counts[b * chunk + i])) * scales[b][c0 + i]
+                        else:
+                            score += bucket_weights[b] * np.float64(counts[b * chunk + i])
                 if score > 0.0 and (size < k or score > out_scores[0]):
                     if deleted.shape[0] and deleted[c0 + i]:
                         continue
@@ -188,7 +200,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
 @numba.njit(cache=True, nogil=True)
 def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
               qptr, qdims, qvals, bucket_weights, weighted, quantized, bounds, deleted, k, out_docs, out_scores, first,
-              last, scratch):
+              last, scratch, scales, word_max, class_bits, class_max):
     """Tasks first..last-1 of all (query, doc range) pairs; out_* are (n_queries, n_ranges, k) per-range heaps.
 
     qptr is (n_queries * n_buckets + 1,): the dims of query q in bucket b are qdims[qptr[q n_b + b]:...].
@@ -201,4 +213,5 @@ def run_tasks(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, p
         r = task % n_ranges
         search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks, payloads, weights, words,
                      qptr[q * n_buckets:(q + 1) * n_buckets + 1], qdims, qvals, bucket_weights, weighted, quantized,
-                     bounds[r], bounds[r + 1], deleted, k, out_docs[q, r], out_scores[q, r], scratch)
+                     bounds[r], bounds[r + 1], deleted, k, out_docs[q, r], out_scores[q, r], scratch, scales, word_max,
+                     class_bits, class_max)

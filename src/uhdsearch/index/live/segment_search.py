@@ -8,6 +8,7 @@ import numpy as np
 from uhdsearch.index.base import Scoring
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.index.kernels.heap import merge_heaps
+from uhdsearch.index.kernels.lengths import length_scales
 from uhdsearch.sparse import SparseEncoding
 
 # (index, deleted mask, deleted count) of one segment; parts hold consecutive ranges of global doc numbers.
@@ -23,8 +24,11 @@ def search_parts(
     scoring: Scoring,
     deleted: np.ndarray | None,
     n_threads: int | None,
+    length_norm: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-`depth` over the live documents of all parts, in global doc numbers.
+
+    A length-normalized score is a property of the document alone, so each part's scores compare with the others'.
 
     Args:
         deleted: (total documents,) bool, more documents to leave out, by global doc number; or None.
@@ -40,7 +44,8 @@ def search_parts(
             n_deleted = int(mask.sum())
         if n_deleted < n:
             numbers, scores = index.search_encoded(queries, k, bucket_weights, scoring,
-                                                   deleted=mask if n_deleted else None, n_threads=n_threads)
+                                                   deleted=mask if n_deleted else None, n_threads=n_threads,
+                                                   length_norm=length_norm)
             numbers_parts.append(np.where(numbers >= 0, numbers + offset, -1))
             scores_parts.append(scores)
         offset += n
@@ -82,3 +87,12 @@ def overlap_counts_parts(parts: Sequence[Part], query: SparseEncoding, numbers: 
             counts[:, inside] = index.overlap_counts(query, numbers[inside] - offset, quantized)
         offset += n
     return counts
+
+
+def parts_length_scales(parts: Sequence[Part], alpha: float, n_buckets: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per bucket, the parts' length scales (kernels/lengths.py) concatenated in global doc numbers."""
+    out = []
+    for b in range(n_buckets):
+        lengths = [index.document_lengths(b) for index, _, _ in parts]
+        out.append(length_scales(np.concatenate(lengths) if lengths else np.zeros(0, np.int64), alpha))
+    return out

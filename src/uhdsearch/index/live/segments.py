@@ -25,7 +25,8 @@ from uhdsearch.index.live.deletions import LiveDocuments, visible_doc_ids
 from uhdsearch.index.live.leftovers import leftovers, referenced_by_any_commit, remove
 from uhdsearch.index.live.lock import WriteLock
 from uhdsearch.index.live.merges import BackgroundMerge, merge_segments, positive_int, start_background_merge
-from uhdsearch.index.live.segment_search import Part, live_document_frequencies, overlap_counts_parts, search_parts
+from uhdsearch.index.live.segment_search import (Part, live_document_frequencies, overlap_counts_parts,
+                                                 parts_length_scales, search_parts)
 from uhdsearch.io import prefault_all
 from uhdsearch.sparse import SparseEncoding
 
@@ -333,6 +334,7 @@ class SegmentedIndex:
         scoring: Scoring,
         deleted: np.ndarray | None = None,
         n_threads: int | None = None,
+        length_norm: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k over all live documents, in global doc numbers (same contract as InvertedIndex's).
 
@@ -340,9 +342,14 @@ class SegmentedIndex:
             numbers (n_queries, min(k, n_documents)) int64 and scores of the same shape float64, score
             descending then global doc number ascending; positive scores only; rows padded with -1 and 0.
         """
-        check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads)
+        check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads, length_norm)
         depth = min(int(k), self.n_documents)
-        return search_parts(self._parts(), queries, k, depth, bucket_weights, scoring, deleted, n_threads)
+        return search_parts(self._parts(), queries, k, depth, bucket_weights, scoring, deleted, n_threads,
+                            length_norm)
+
+    def length_scales(self, alpha: float) -> list[tuple[np.ndarray, np.ndarray]]:
+        """InvertedIndex.length_scales over global doc numbers (deleted documents included)."""
+        return parts_length_scales(self._parts(), alpha, self.n_buckets)
 
     def overlap_counts(self, query: SparseEncoding, numbers: np.ndarray, quantized: bool = False) -> np.ndarray:
         """Per bucket, the dims one query row shares with each given global doc number (InvertedIndex's)."""
