@@ -94,7 +94,7 @@ def run_variant(name, recipe, trained, backbone, states, data, train_data, query
         for scoring in ("binary", "weighted"):
             # None ("all") keeps every active query dim: query_k=dim, since Searcher's None means the model's own
             searcher = Searcher(model, index, scoring, query_k=query_k or model.config.dim, query_selection=selection,
-                                max_df=None)
+                                max_df=None, length_norm=None)
             scores = evaluate(searcher.search(data.queries, k=1000), data.qrels, measures)
             rows.append({"variant": name, "scoring": scoring, "query_k": query_k, "selection": selection, **scores,
                          "train_seconds": round(seconds), "active_per_doc": float(encoded.active_per_row().sum(1).mean()),

@@ -142,7 +142,7 @@ def test_scores(model: UHDEncoder, n_top: int, doc_states: TokenStates | None, d
     doc_ids = [d.doc_id for d in documents]
     scores = {"active_dims_per_document": float(encoded.active_per_row().sum(axis=1).mean())}
     for variant, klass in (("binary", BinaryIndex), ("weighted", WeightedIndex)):
-        searcher = Searcher(model, klass.from_encoding(encoded, doc_ids, None), variant, max_df=None)
+        searcher = Searcher(model, klass.from_encoding(encoded, doc_ids, None), variant, max_df=None, length_norm=None)
         run = searcher.search(test_data.queries, k=100)
         scores[f"test_{variant}"] = evaluate(run, test_data.qrels, ["nDCG@10"])["nDCG@10"]
     return scores

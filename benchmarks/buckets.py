@@ -278,7 +278,7 @@ def main() -> None:
             # cross-check through the real search path (queries re-encoded by the float32 backbone)
             searcher = Searcher(UHDEncoder.from_pretrained(shipped), index, "binary",
                                 bucket_predictor=BucketWeightPredictor.load(shipped))
-            fixed = Searcher(UHDEncoder.from_pretrained(shipped), index, "binary", max_df=None)
+            fixed = Searcher(UHDEncoder.from_pretrained(shipped), index, "binary", max_df=None, length_norm=None)
             info["searcher check (test binary nDCG@10)"] = {
                 "predictor": evaluate(searcher.search(test_data.queries, k=100), test_data.qrels, ["nDCG@10"]),
                 "tuned weights": evaluate(fixed.search(test_data.queries, k=100), test_data.qrels, ["nDCG@10"])}

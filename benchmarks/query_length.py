@@ -61,7 +61,7 @@ def main() -> None:
         encoded = chosen_model.encode_states(states, "document")
         ids = [d.doc_id for d in documents]
         for variant, klass in (("binary", BinaryIndex), ("weighted", WeightedIndex)):
-            searcher = Searcher(chosen_model, klass.from_encoding(encoded, ids, None), variant, max_df=None)
+            searcher = Searcher(chosen_model, klass.from_encoding(encoded, ids, None), variant, max_df=None, length_norm=None)
             run = searcher.search(test.queries, 1000)
             result[f"test_{variant}"] = evaluate(run, test.qrels, ["nDCG@10", "RR@10", "R@100"])
     print(f"{'query_max_length':>16s} {'dev nDCG@10':>12s}")

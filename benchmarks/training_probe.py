@@ -62,7 +62,7 @@ def dev_evaluator(states, documents, queries, qrels, n_documents: int = 1_000, s
     def score(model, both: bool = False):
         encoded = model.encode_states(states, show_progress=False, rows=rows)
         def ndcg(index, variant: str) -> float:  # the model's own score: no stop dimensions
-            run = Searcher(model, index, variant, max_df=None).search(queries, k=100)
+            run = Searcher(model, index, variant, max_df=None, length_norm=None).search(queries, k=100)
             return evaluate(run, qrels, ["nDCG@10"])["nDCG@10"]
 
         binary = ndcg(BinaryIndex.from_encoding(encoded, doc_ids, None), "binary")
@@ -82,7 +82,7 @@ def test_scores(model, doc_states, documents, test_data) -> dict[str, float]:
     scores = {}
     for variant, klass in (("binary", BinaryIndex), ("weighted", WeightedIndex)):
         index = klass.from_encoding(encoded, doc_ids, None)
-        run = Searcher(model, index, variant, max_df=None).search(test_data.queries, k=100)
+        run = Searcher(model, index, variant, max_df=None, length_norm=None).search(test_data.queries, k=100)
         scores[f"test_{variant}"] = evaluate(run, test_data.qrels, ["nDCG@10"])["nDCG@10"]
     return scores
 
