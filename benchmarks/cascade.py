@@ -15,7 +15,9 @@ abstracts; a corpus of abstracts alone is the harder case for the first pass, wh
     .venv/bin/python benchmarks/cascade.py quality    # ~15 min the first time (encodes 100k definitions)
     .venv/bin/python benchmarks/cascade.py speed      # quiet cores: the timings are the point
 
-Writes benchmarks/results/cascade_quality.json and cascade.json; prints tables. Settings: configs/cascade.toml.
+Writes benchmarks/results/cascade_quality.json and cascade.json (`--length-norm 0.3`: the same grid over
+length-normalized scores, search/lengthnorm.py, into cascade_quality_ln0.3.json and cascade_ln0.3.json); prints
+tables. Settings: configs/cascade.toml.
 """
 from __future__ import annotations
 
@@ -39,8 +41,13 @@ from encoded_cache import encoded, encoded_texts  # noqa: E402
 from impact_planes import ndcg  # noqa: E402
 from settings import ROOT, comma_list, parse_args, record  # noqa: E402
 
-QUALITY_JSON = ROOT / "benchmarks" / "results" / "cascade_quality.json"
-SPEED_JSON = ROOT / "benchmarks" / "results" / "cascade.json"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def result_paths(length_norm: float) -> tuple[Path, Path]:
+    """(quality, speed) JSON: plain counts keep the first run's names, a length norm gets its own."""
+    suffix = f"_ln{length_norm:g}" if length_norm else ""
+    return RESULTS / f"cascade_quality{suffix}.json", RESULTS / f"cascade{suffix}.json"
 K = 10
 
 
@@ -66,13 +73,14 @@ def score_grid(index, queries: SparseEncoding, ids: list[str], qrels, weights, a
     weighting = QueryWeighting.of_index(index, args.max_df)
     kept = weighting.drop(queries)
     dfs = weighting.document_frequencies
-    exact_numbers, exact_scores = index.search_encoded(kept, K, weights, "binary")
+    exact_numbers, exact_scores = index.search_encoded(kept, K, weights, "binary", length_norm=args.length_norm)
     rows = []
     for cascade in [None] + cells(args):
         if cascade is None:
             numbers, scores = exact_numbers, exact_scores
         else:
-            numbers, scores = cascade_search(index, kept, dfs, K, weights, "binary", cascade)
+            numbers, scores = cascade_search(index, kept, dfs, K, weights, "binary", cascade,
+                                             length_norm=args.length_norm)
         kept_share = np.mean([len(set(a[a >= 0]) & set(b[b >= 0])) / max(1, int((b >= 0).sum()))
                               for a, b in zip(numbers, exact_numbers)])
         rows.append({"cascade": label(cascade), "nDCG@10": ndcg(numbers, scores, index.doc_ids, ids, qrels),
@@ -117,8 +125,9 @@ def quality(args, config, settings) -> None:
                 log(f"{key} ({index.n_documents:,} documents, {len(qids)} queries): "
                     + ", ".join(f"{r['cascade']} {r['nDCG@10']:.4f}" for r in rows))
     result["wall_s"] = round(time.time() - start, 1)
-    QUALITY_JSON.write_text(json.dumps(result, indent=1) + "\n")
-    log(f"wrote {QUALITY_JSON}")
+    quality_json = result_paths(args.length_norm)[0]
+    quality_json.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {quality_json}")
 
 
 def speed(args, config, settings) -> None:
@@ -127,7 +136,8 @@ def speed(args, config, settings) -> None:
     from stop_dims_speed import interleaved_ms
     from synthetic_binary import binary_index_dir
 
-    quality_result = json.loads(QUALITY_JSON.read_text())
+    quality_json, speed_json = result_paths(args.length_norm)
+    quality_result = json.loads(quality_json.read_text())
     _, queries, _ = load_stats()
     queries = queries[:args.n_queries]
     load_start = os.getloadavg()
@@ -137,10 +147,12 @@ def speed(args, config, settings) -> None:
     kept = weighting.drop(queries)
     dfs = weighting.document_frequencies
     rows = [kept[i:i + 1] for i in range(kept.n)]
-    systems = {"exact": (lambda q: index.search_encoded(q, K, [1.0], "binary", n_threads=1), rows)}
+    systems = {"exact": (lambda q: index.search_encoded(q, K, [1.0], "binary", n_threads=1,
+                                                        length_norm=args.length_norm), rows)}
     for cascade in cells(args):
         systems[label(cascade)] = (
-            lambda q, c=cascade: cascade_search(index, q, dfs, K, [1.0], "binary", c, n_threads=1), rows)
+            lambda q, c=cascade: cascade_search(index, q, dfs, K, [1.0], "binary", c, n_threads=1,
+                                                length_norm=args.length_norm), rows)
     times = interleaved_ms(systems, kept.n)
     del index
     bm25 = bench_bm25s(args.n_documents, kept.n, args.seed)[0]
@@ -167,13 +179,13 @@ def speed(args, config, settings) -> None:
     for key, r in test.items():
         print(f"  {key}: exact {r['exact']:.4f}, cascade {r['nDCG@10']:.4f} (exact top 10 kept {r['exact_top10_kept']})")
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
-    SPEED_JSON.write_text(json.dumps({
+    speed_json.write_text(json.dumps({
         "script": "benchmarks/cascade.py speed", **record(config, settings), "threads": 1, "k": K,
         "n_documents": args.n_documents, "n_queries": kept.n, "bm25s_p50_ms": round(bm25["p50_ms"], 3),
         "load_average_at_start": [round(x, 2) for x in load_start],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "rows": table, "chosen": chosen,
         "chosen_test": test}, indent=1) + "\n")
-    log(f"wrote {SPEED_JSON}")
+    log(f"wrote {speed_json}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -187,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--depth", type=comma_list(int))
     parser.add_argument("--n-documents", type=int)
     parser.add_argument("--n-queries", type=int)
+    parser.add_argument("--length-norm", type=float)
     args, config, settings = parse_args(parser, "cascade", argv)
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
     (quality if args.part == "quality" else speed)(args, config, settings)

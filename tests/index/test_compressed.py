@@ -81,13 +81,16 @@ def test_chunk_and_thread_boundaries(many_documents, bias):
     docs, queries, deleted = many_documents
     index = WeightedIndex.from_encoding(docs, [str(i) for i in range(docs.n)], None, bitmap_bias=bias)
     # [0.0, 1.0]: one bucket scores the query, so later chunks take the comparator path of a full heap
-    for scoring, weights in (("binary", [1.0, 0.5]), ("weighted", [1.0, 0.5]), ("binary", [0.0, 1.0])):
+    # length_norm: the comparator's per-class thresholds across chunks and thread ranges (kernels/lengths.py)
+    for scoring, weights, norm in (("binary", [1.0, 0.5], 0.0), ("weighted", [1.0, 0.5], 0.0),
+                                   ("binary", [0.0, 1.0], 0.0), ("binary", [0.0, 1.0], 0.3),
+                                   ("binary", [0.0, 1.0], 2.0), ("binary", [1.0, 0.5], 0.5)):
         for n_threads in (1, 2):
             for rows in (slice(0, 1), slice(0, 4)):  # one query splits documents, several split queries
                 for mask in (None, deleted):
                     got = index.search_encoded(queries[rows], 300, weights, scoring, deleted=mask,
-                                               n_threads=n_threads)
-                    want = expected_top_k(docs, queries[rows], 300, weights, scoring, mask)
+                                               n_threads=n_threads, length_norm=norm)
+                    want = expected_top_k(docs, queries[rows], 300, weights, scoring, mask, norm)
                     assert np.array_equal(got[0], want[0])
                     assert np.allclose(got[1], want[1], rtol=0, atol=1e-9)
 

@@ -28,12 +28,14 @@ from uhdsearch.index.kernels.levels import check_levels
 from uhdsearch.index.kernels.probe import probe_counts
 from uhdsearch.index.kernels.validation import blocks_are_valid
 from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
-from uhdsearch.io import atomic_directory, load_npy, prefault_all, recover_directory, save_npy, write_json
+from uhdsearch.io import (atomic_directory, load_npy, now_or_in_background, prefault_all, recover_directory, save_npy,
+                          write_json)
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Document
 
 logger = logging.getLogger(__name__)
 
+MAX_KEPT_SCALES = 4  # length-normalization arrays kept per index, one set per alpha (~9 bytes per document)
 KEPT_META = ("impact_planes",)  # manifest keys of layers built on a binary index (index/impacts.py), kept on save
 
 
@@ -101,11 +103,18 @@ class InvertedIndex:
         (benchmarks/search_speed.py: p95 140 ms against a 14 ms p50). Reads the whole index once (from the page
         cache, or from disk if it is not cached); a no-op for an index held in memory.
 
+        Also counts the documents' lengths (`document_lengths`), which length-normalized search needs first.
+
         Args:
             background: return at once and warm in a daemon thread (returned; join it to wait). Searches may
                 run meanwhile; they see the same data either way.
         """
-        return prefault_all(self.arrays(), background)
+        return now_or_in_background(self._warm, background)
+
+    def _warm(self) -> None:
+        prefault_all(self.arrays())
+        for b in range(self.n_buckets):
+            self.document_lengths(b)
 
     def arrays(self) -> list[np.ndarray]:
         """Every posting array of every bucket (memory-mapped when the index was opened so)."""
@@ -287,7 +296,7 @@ class InvertedIndex:
 
     def document_lengths(self, bucket: int = 0) -> np.ndarray:
         """(n_documents,) int64 number of active dims of each document in `bucket`; counted from the postings on
-        first use and kept (about 1 s per million documents at the quickstart model's density)."""
+        first use (or by `warm_up`) and kept: about 5 s per million documents at the quickstart model's density."""
         if self._lengths[bucket] is None:
             c = self.buckets[bucket]
             lengths = document_lengths(c.indptr, c.bitmap_rows, c.bitmaps, c.block_ptr, c.payload_ptr, c.blocks,
@@ -300,6 +309,8 @@ class InvertedIndex:
         """Per bucket (n_d ** -alpha per document, its maximum per 64-document word), kept per alpha."""
         alpha = float(alpha)
         if alpha not in self._scales:
+            while len(self._scales) >= MAX_KEPT_SCALES:  # a client may send any alpha: keep the latest few
+                self._scales.pop(next(iter(self._scales)))
             self._scales[alpha] = [length_scales(self.document_lengths(b), alpha) for b in range(self.n_buckets)]
         return self._scales[alpha]
 

@@ -5,7 +5,7 @@ import ctypes
 import functools
 import mmap
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -77,5 +77,15 @@ def prefault_all(arrays: Sequence[np.ndarray], background: bool = False) -> thre
             prefault(a)
         return None
     thread = threading.Thread(target=prefault_all, args=(arrays,), name="uhdsearch-prefault", daemon=True)
+    thread.start()
+    return thread
+
+
+def now_or_in_background(work: Callable[[], None], background: bool) -> threading.Thread | None:
+    """Run `work` here, or in a daemon thread that is returned (join it to wait)."""
+    if not background:
+        work()
+        return None
+    thread = threading.Thread(target=work, name="uhdsearch-warm-up", daemon=True)
     thread.start()
     return thread

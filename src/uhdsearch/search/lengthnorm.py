@@ -34,9 +34,10 @@ def resolve_length_norm(length_norm, kernel_scoring: str, index, bucket_predicto
         return LENGTH_NORM if (kernel_scoring == "binary" and supported and bucket_predictor is None) else 0.0
     if length_norm is None:
         return 0.0
-    check_length_norm(length_norm, kernel_scoring)
     if length_norm and not supported:
-        raise UsageError(f"{type(index).__name__} does not support length_norm; pass length_norm=None")
+        raise UsageError(f"{type(index).__name__} does not support length_norm (its dims are not the documents' "
+                         "active dims); pass length_norm=None")
+    check_length_norm(length_norm, kernel_scoring)
     if length_norm and bucket_predictor is not None:
         raise UsageError("a bucket predictor was fitted on plain counts; it cannot be combined with length_norm")
     return float(length_norm)

@@ -38,8 +38,9 @@ class Searcher:
         bucket_predictor: a BucketWeightPredictor (search/bucket_predictor.py, e.g. `.load(model_dir)`): search()
             picks each query's bucket weights with it instead of `bucket_weights`.
         cascade: a `Cascade` (search/cascade.py): the rare query dims choose candidates, the frequent ones are
-            counted for those only; not exact. "auto" (the default): `Cascade()` on indexes of 100,000 documents
-            or more with binary scoring, none below; None: exact search.
+            counted for those only; not exact. "auto" (the default): on indexes of 100,000 documents or more with
+            binary scoring, `Cascade()` (0.1:100) for plain counts and 0.2:100 with length normalization; none
+            below; None: exact search.
         length_norm: divide each bucket's binary count by the document's active dims ** length_norm
             (search/lengthnorm.py). "auto" (the default): 0.3 with binary scoring (not idf, not a bucket
             predictor), off otherwise; None or 0: plain counts, the paper's score.
@@ -113,9 +114,11 @@ class Searcher:
         self._kernel_scoring: Scoring = "quantized" if (idf and self.scoring == "binary") else self.scoring
         if bucket_predictor is not None and cascade not in (AUTO, None):
             raise UsageError("a bucket predictor cannot be combined with the cascade (its weights differ per query)")
+        self.length_norm = resolve_length_norm(length_norm, self._kernel_scoring, index, bucket_predictor)
         self.cascade = resolve_cascade(
             None if (cascade == AUTO and bucket_predictor is not None) else cascade, index.n_documents,
-            self._kernel_scoring != "weighted" and hasattr(index, "overlap_counts") and bucket_predictor is None)
+            self._kernel_scoring != "weighted" and hasattr(index, "overlap_counts") and bucket_predictor is None,
+            self.length_norm)
         if document_frequencies is not None:
             if len(document_frequencies) != index.n_buckets or any(
                     np.shape(f) != (index.dim,) for f in document_frequencies):
@@ -143,7 +146,6 @@ class Searcher:
                 raise UsageError(f"the bucket predictor was fitted for {bucket_predictor.scoring} scoring; this "
                                  f"searcher scores {self._kernel_scoring}")
         self.bucket_predictor = bucket_predictor
-        self.length_norm = resolve_length_norm(length_norm, self._kernel_scoring, index, bucket_predictor)
         named_norm = f"-ln{self.length_norm:g}" if length_norm not in (AUTO, None) and self.length_norm else ""
         named_cascade = f"-cascade{self.cascade.first_max_df:g}x{self.cascade.depth}" if cascade != AUTO and \
             self.cascade else ""

@@ -36,7 +36,7 @@ def _need(weight, n_lists, scale, n_planes, worst):
     comparison the scores make, so float rounding cannot drop a document that belongs in the heap."""
     need = 0
     if scale != 1.0:  # a first guess never above the answer, then the exact comparison
-        need = max(0, np.int64(worst / (weight * scale) * (1.0 - 1e-9)) - n_lists - 1)
+        need = min(max(0, np.int64(worst / (weight * scale) * (1.0 - 1e-9)) - n_lists - 1), 1 << n_planes)
     while need < (1 << n_planes) and (weight * np.float64(n_lists + need)) * scale <= worst:
         need += 1
     return need

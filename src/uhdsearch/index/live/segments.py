@@ -25,9 +25,9 @@ from uhdsearch.index.live.deletions import LiveDocuments, visible_doc_ids
 from uhdsearch.index.live.leftovers import leftovers, referenced_by_any_commit, remove
 from uhdsearch.index.live.lock import WriteLock
 from uhdsearch.index.live.merges import BackgroundMerge, merge_segments, positive_int, start_background_merge
-from uhdsearch.index.live.segment_search import (Part, live_document_frequencies, overlap_counts_parts,
-                                                 parts_length_scales, search_parts)
-from uhdsearch.io import prefault_all
+from uhdsearch.index.live.segment_search import (KeptScales, Part, live_document_frequencies, overlap_counts_parts,
+                                                 search_parts)
+from uhdsearch.io import now_or_in_background
 from uhdsearch.sparse import SparseEncoding
 
 logger = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ class SegmentedIndex:
         self._pending = False
         self._doc_ids: list[str | None] | None = None
         self._load_options: tuple[bool | None, bool | None] = (None, None)  # mmap, verify (for reopen)
+        self._kept_scales = KeptScales()
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -349,7 +350,7 @@ class SegmentedIndex:
 
     def length_scales(self, alpha: float) -> list[tuple[np.ndarray, np.ndarray]]:
         """InvertedIndex.length_scales over global doc numbers (deleted documents included)."""
-        return parts_length_scales(self._parts(), alpha, self.n_buckets)
+        return self._kept_scales.get(self._parts(), alpha, self.n_buckets)
 
     def overlap_counts(self, query: SparseEncoding, numbers: np.ndarray, quantized: bool = False) -> np.ndarray:
         """Per bucket, the dims one query row shares with each given global doc number (InvertedIndex's)."""
@@ -357,8 +358,14 @@ class SegmentedIndex:
         return overlap_counts_parts(self._parts(), query, numbers, quantized)
 
     def warm_up(self, background: bool = False) -> threading.Thread | None:
-        """Fault every segment's memory-mapped pages in now (see InvertedIndex.warm_up)."""
-        return prefault_all([a for s in self._segments for a in s.index.arrays()], background)
+        """Fault every segment's memory-mapped pages in and count its document lengths (InvertedIndex.warm_up)."""
+        indexes = [s.index for s in self._segments]
+
+        def work() -> None:
+            for index in indexes:
+                index.warm_up()
+
+        return now_or_in_background(work, background)
 
     def document_frequencies(self, bucket: int = 0) -> np.ndarray:
         """(dim,) int64 number of live documents in which each dimension is active."""
