@@ -10,11 +10,17 @@ README says.) Test splits are scored in the same run and reported at the chosen 
 counts). `own_models`: each collection's own quickstart model
 (`uhdsearch quickstart --data DIR`), scored on its test split at alpha 0 and the chosen alpha.
 
+untrained: what training earns under each score. For each collection, the untrained centred head
+(studies/untrained.py, built once under .cache/studies) and the shipped quickstart model (`shipped`, its directory
+with model/ and index-binary/), both with the shipped model's query token limit, searched by the Searcher with
+plain counts and with the default normalization; test nDCG@10.
+
 speed: the synthetic 1M binary index (benchmarks/synthetic_binary.py) with the SciFact test queries of the stats
 file, one thread, k = 10: exact and cascade search, plain and normalized, timed interleaved query by query, and
 bm25s in the same run.
 
     .venv/bin/python benchmarks/length_norm.py quality
+    .venv/bin/python benchmarks/length_norm.py untrained # ~6 min the first time (builds the untrained heads)
     .venv/bin/python benchmarks/length_norm.py speed     # quiet cores
 
 Writes benchmarks/results/length_norm.json (each part keeps the other's rows). Settings:
@@ -162,6 +168,36 @@ def speed(args, config, settings, result: dict) -> dict:
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "rows": table}
 
 
+def untrained(args) -> dict:
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.evaluation.metrics import evaluate
+    from uhdsearch.search.searcher import Searcher
+    from uhdsearch.studies.untrained import untrained_dir
+
+    rows = {}
+    for entry in args.shipped:
+        name, _, path = entry.partition("=")
+        data_dir = ROOT / args.data_root / name
+        data = load_beir(data_dir, "test")
+        length = UHDEncoder.from_pretrained(ROOT / path / "model").config.query_max_length
+        row = {"shipped": path, "query_max_length": length}
+        for label, directory in (("untrained", untrained_dir(data_dir, ROOT / ".cache" / "studies")),
+                                 ("shipped", ROOT / path)):
+            model = UHDEncoder.from_pretrained(directory / "model", query_max_length=length)
+            index = InvertedIndex.load(directory / "index-binary")
+            row[f"{label}_digest"] = model.digest()
+            for score, value in (("plain", None), ("normalized", "auto")):
+                run = Searcher(model, index, "binary", length_norm=value).search(data.queries, k=100)
+                row[f"{label}_{score}"] = round(evaluate(run, data.qrels, ["nDCG@10"])["nDCG@10"], 4)
+        rows[name] = row
+        log(f"{name}: {row}")
+    print(f"{'collection':<10} {'untrained plain':>16} {'shipped plain':>14} {'untrained norm':>15} {'shipped norm':>13}")
+    for name, r in rows.items():
+        print(f"{name:<10} {r['untrained_plain']:>16.4f} {r['shipped_plain']:>14.4f} {r['untrained_normalized']:>15.4f} "
+              f"{r['shipped_normalized']:>13.4f}")
+    return rows
+
+
 def report(result: dict) -> None:
     alpha = f"{result['chosen_alpha']:g}"
     print(f"chosen alpha {alpha} ({result['rule']}); nDCG@10 plain -> normalized:")
@@ -176,11 +212,12 @@ def report(result: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["quality", "speed"])
+    parser.add_argument("part", choices=["quality", "untrained", "speed"])
     parser.add_argument("--model", type=Path)
     parser.add_argument("--data-root", type=Path)
     parser.add_argument("--collections", type=comma_list())
     parser.add_argument("--own-models", type=comma_list())
+    parser.add_argument("--shipped", type=comma_list())
     parser.add_argument("--alpha", type=comma_list(float))
     parser.add_argument("--n-documents", type=int)
     parser.add_argument("--n-queries", type=int)
@@ -189,9 +226,11 @@ def main(argv: list[str] | None = None) -> None:
     previous = json.loads(RESULT_JSON.read_text()) if RESULT_JSON.exists() else {}
     if args.part == "quality":
         start = time.time()
-        result = quality(args, config, settings) | {k: v for k, v in previous.items() if k == "speed"}
+        result = quality(args, config, settings) | {k: v for k, v in previous.items() if k in ("speed", "untrained")}
         result["wall_s"] = round(time.time() - start, 1)
         report(result)
+    elif args.part == "untrained":
+        result = previous | {"untrained": untrained(args)}
     else:
         if "chosen_alpha" not in previous:
             raise SystemExit(f"run `benchmarks/length_norm.py quality` first: {RESULT_JSON} has no chosen alpha")
