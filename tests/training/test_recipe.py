@@ -200,3 +200,24 @@ def test_dev_teacher_judges_the_dev_split_whatever_teacher_distils(tiny_encoder,
     assert step0["sum-of-max", None] != step0["dense", None]  # the judge matters: the dev scores are not comparable
     with pytest.raises(ValueError, match="dev_teacher='oracle'"):
         Recipe(dev_teacher="oracle")
+
+
+def test_dev_length_norm_scores_the_dev_split_as_search_does(tiny_encoder, mini_data):
+    from uhdsearch.evaluation.metrics import evaluate
+    from uhdsearch.index.inverted import BinaryIndex
+    from uhdsearch.search.searcher import Searcher
+    from uhdsearch.training.recipe import dev_evaluator
+
+    documents = list(mini_data.corpus.values())
+    queries = mini_data.queries[:20]
+    dev = (queries, {q.query_id: mini_data.qrels[q.query_id] for q in queries})
+    plain, normalized = (dev_evaluator(None, documents, dev, length_norm=a)(tiny_encoder) for a in (0.0, 1.0))
+    index = BinaryIndex.from_encoding(tiny_encoder.encode_document([d.full_text for d in documents],
+                                                                   show_progress=False),
+                                      [d.doc_id for d in documents], None)
+    want = {a: evaluate(Searcher(tiny_encoder, index, "binary", max_df=None, length_norm=a).search(queries, k=100),
+                        dev[1], ["nDCG@10"])["nDCG@10"] for a in (None, 1.0)}
+    assert (plain, normalized) == (want[None], want[1.0]) and plain != normalized
+    assert Recipe().dev_length_norm == 0.0
+    with pytest.raises(ValueError, match="length_norm=-1"):
+        Recipe(dev_length_norm=-1)

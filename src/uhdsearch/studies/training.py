@@ -235,7 +235,8 @@ def _trained_row(backbone, recipe, documents, train_data, data, states) -> dict[
 
 
 def _test_scores(model, documents, data, states) -> dict[str, Any]:
-    """The test split scored once over the whole corpus, binary and weighted, and the density it costs."""
+    """The test split scored once over the whole corpus, binary and weighted, and the density it costs; binary also
+    as search scores it by default (length-normalized, `binary_norm_*`)."""
     from uhdsearch.evaluation.metrics import evaluate
     from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
     from uhdsearch.search.searcher import Searcher
@@ -248,6 +249,10 @@ def _test_scores(model, documents, data, states) -> dict[str, Any]:
         searcher = Searcher(model, index, kind, max_df=None, length_norm=None)  # the model's own score
         scores = evaluate(searcher.search(data.queries, k=100), data.qrels, MEASURES)
         row.update({f"{kind}_{m}": round(v, 4) for m, v in scores.items()})
+        if kind == "binary":
+            normalized = Searcher(model, index, kind, max_df=None, length_norm="auto")
+            scores = evaluate(normalized.search(data.queries, k=100), data.qrels, MEASURES)
+            row.update({f"binary_norm_{m}": round(v, 4) for m, v in scores.items()})
     return row
 
 

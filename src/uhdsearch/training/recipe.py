@@ -27,6 +27,7 @@ from uhdsearch.encoder.top_layers import cut_layer, input_layers
 from uhdsearch.errors import UsageError
 from uhdsearch.evaluation.datasets import BeirData, load_beir
 from uhdsearch.evaluation.metrics import evaluate
+from uhdsearch.index.base import check_length_norm
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
@@ -80,6 +81,9 @@ class Recipe:
     teacher: str = "dense"  # "dense" (the backbone, mean-pooled) or "sum-of-max" (its token states, late interaction)
     # Who judges that dev split; None: `teacher`. Fix it to compare recipes that distil from different teachers.
     dev_teacher: str | None = None
+    # The dev checks' binary score: 0 (plain counts, what every figure so far chose with) or the alpha of the
+    # length-normalized score that search uses by default (search/lengthnorm.py), to choose on the deployed score.
+    dev_length_norm: float = 0.0
     judged_depth: int = 10
     # Mining (training/mining.py). Corpus (ICT) queries: the teacher's top `mined_positives` are positives beside
     # the source passage; `teacher_negative_depth` > 0: one negative per pair from the teacher's ranks
@@ -132,6 +136,7 @@ class Recipe:
             raise UsageError(f"query_lengths={self.query_lengths} must be positive integers (token limits)")
         if self.judged_depth < 1:
             raise UsageError(f"judged_depth={self.judged_depth} must be >= 1")
+        check_length_norm(self.dev_length_norm, "binary")
 
     def __getattr__(self, name: str) -> Any:
         name = _ALIASES.get(name, name)
@@ -208,8 +213,8 @@ def train_on_collection(
             build_teacher(recipe.dev_teacher, frozen, documents, states, dense)
         dev = teacher_judged(judge, documents, dev, recipe.judged_depth)
     # With the top layers training, dev documents are re-encoded from the states at their input.
-    eval_fn = dev_evaluator(states.select(cached) if cached else None, documents, dev) \
-        if dev and args.eval_every else None
+    eval_fn = dev_evaluator(states.select(cached) if cached else None, documents, dev,
+                            length_norm=recipe.dev_length_norm) if dev and args.eval_every else None
     negatives = bm25_negatives(documents, pairs, recipe.hard_negative_depth) if recipe.hard_negative_depth > 0 \
         else mined_negatives
     remine = None
@@ -337,10 +342,12 @@ def training_pairs(
 
 def dev_evaluator(
     states: TokenStates | None, documents: Sequence[Document], dev: DevSplit, n_documents: int = 1_000,
+    length_norm: float = 0.0,
 ) -> Callable[[UHDEncoder], float]:
     """nDCG@10 of UHD-binary on held-out train queries over their positives plus a random sample of documents.
 
     A sample keeps each evaluation to seconds; states=None re-encodes (the backbone is training).
+    length_norm: 0 scores plain counts, the model's own score; alpha > 0 the length-normalized search score.
     """
     queries, qrels = dev
     judged = {d for rel in qrels.values() for d in rel}
@@ -355,8 +362,8 @@ def dev_evaluator(
         else:
             encoded = model.encode_document([documents[i].full_text for i in rows], show_progress=False)
         index = BinaryIndex.from_encoding(encoded, doc_ids, None)
-        # the model's own score, as training sees it: every dim, plain counts
-        searcher = Searcher(model, index, "binary", max_df=None, length_norm=None)
+        # every dim; plain counts (the model's own score, as training sees it) unless asked otherwise
+        searcher = Searcher(model, index, "binary", max_df=None, length_norm=length_norm or None)
         return evaluate(searcher.search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
 
     return score
