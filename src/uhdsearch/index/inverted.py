@@ -65,7 +65,7 @@ class InvertedIndex:
         self.path = path
         self._postings: list[Postings] | None = None
         self._lengths: list[np.ndarray | None] = [None] * len(buckets)
-        self._scales: dict[float, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._scales: dict[float, list[tuple[np.ndarray, ...]]] = {}
 
     # ------------------------------------------------------------------ facts
     @property
@@ -305,8 +305,9 @@ class InvertedIndex:
             self._lengths[bucket] = lengths
         return self._lengths[bucket]
 
-    def length_scales(self, alpha: float) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per bucket (n_d ** -alpha per document, its maximum per 64-document word), kept per alpha."""
+    def length_scales(self, alpha: float) -> list[tuple[np.ndarray, ...]]:
+        """Per bucket, kernels/lengths.py's length_scales arrays (scale n_d ** -alpha per document first), kept
+        for the last few alphas."""
         alpha = float(alpha)
         if alpha not in self._scales:
             while len(self._scales) >= MAX_KEPT_SCALES:  # a client may send any alpha: keep the latest few

@@ -140,11 +140,11 @@ def cascade_search(index, queries: SparseEncoding, document_frequencies, k: int,
         if additive:
             one = frequent if queries.n == 1 else frequent[row:row + 1]  # a CSR slice costs ~30 us
             first = scores[row, found]
-            if scales is not None:  # the first pass's integer counts back from (1.0 x count) x scale: exact
-                first = np.rint(first / scales[0][0][candidates])
-            total = first + index.overlap_counts(one, candidates, quantized)[0]
-            if scales is not None:
-                total = (1.0 * total) * scales[0][0][candidates]
+            if scales is None:
+                total = first + index.overlap_counts(one, candidates, quantized)[0]
+            else:  # the first pass's integer counts back from (1.0 x count) x scale (exact), then rescaled
+                factor = scales[0][0][candidates]
+                total = (1.0 * (np.rint(first / factor) + index.overlap_counts(one, candidates, quantized)[0])) * factor
         else:
             counts = index.overlap_counts(queries if queries.n == 1 else queries[row:row + 1], candidates, quantized)
             total = np.zeros(candidates.shape[0])

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from uhdsearch.errors import UsageError
 from uhdsearch.index.base import check_length_norm
-
-AUTO = "auto"
+from uhdsearch.search.stopdims import AUTO
 LENGTH_NORM = 0.3  # alpha chosen on SciFact train (benchmarks/length_norm.py)
 
 

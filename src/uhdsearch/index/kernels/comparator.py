@@ -80,9 +80,10 @@ def sole_bucket_hits(planes, q, cw, n_planes, n_w, m, n_lists, weight, list_coun
             count = np.int64(list_counts[i]) if n_lists > 0 else np.int64(0)
             for j in range(n_planes):
                 count += np.int64((planes[q + j * cw + w] >> np.uint64(bit)) & np.uint64(1)) << j
-            score = 0.0 + weight * np.float64(count)  # as the general path sums it
-            if normed:
+            if normed:  # as the general path sums it
                 score = 0.0 + (weight * np.float64(count)) * scales[c0 + i]
+            else:
+                score = 0.0 + weight * np.float64(count)
             if score > out_scores[0]:
                 if deleted.shape[0] and deleted[c0 + i]:
                     continue

@@ -89,7 +89,8 @@ def overlap_counts_parts(parts: Sequence[Part], query: SparseEncoding, numbers: 
     return counts
 
 
-def parts_length_scales(parts: Sequence[Part], alpha: float, n_buckets: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def parts_length_scales(parts: Sequence[Part], alpha: float,
+                        n_buckets: int) -> list[tuple[np.ndarray, ...]]:
     """Per bucket, the parts' length scales (kernels/lengths.py) concatenated in global doc numbers."""
     out = []
     for b in range(n_buckets):

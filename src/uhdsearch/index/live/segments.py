@@ -348,7 +348,7 @@ class SegmentedIndex:
         return search_parts(self._parts(), queries, k, depth, bucket_weights, scoring, deleted, n_threads,
                             length_norm)
 
-    def length_scales(self, alpha: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    def length_scales(self, alpha: float) -> list[tuple[np.ndarray, ...]]:
         """InvertedIndex.length_scales over global doc numbers (deleted documents included)."""
         return self._kept_scales.get(self._parts(), alpha, self.n_buckets)
 
