@@ -34,6 +34,14 @@ class SparseEncoding:
             if self.truncated.shape != (self.n,):
                 raise UsageError(f"truncated has shape {self.truncated.shape}, expected ({self.n},)")
 
+    @classmethod
+    def of_canonical(cls, buckets: list[sp.csr_matrix], truncated: np.ndarray | None) -> SparseEncoding:
+        """Wrap buckets already in canonical form (float32 CSR, sorted indices, no stored zeros, one shape), e.g.
+        entries masked out of another SparseEncoding's, without the copies and checks of the constructor."""
+        encoding = cls.__new__(cls)
+        encoding.buckets, encoding.truncated = buckets, truncated
+        return encoding
+
     @property
     def n_truncated(self) -> int:
         """How many texts were cut to the encoder's maximum length (0 where not recorded)."""

@@ -205,12 +205,17 @@ def test_version_1_index_asks_for_a_rebuild(saved):
         InvertedIndex.load(saved)
 
 
-def test_deep_bit_sliced_counts_equal_brute_force():
-    """Hundreds of dense bitmap dims per query: counts carry through every plane of the bit-sliced adder."""
+@pytest.mark.parametrize("bias", [ALL_BITMAPS, ALL_LISTS, 0.5])
+def test_deep_bit_sliced_counts_equal_brute_force(bias):
+    """Hundreds of dense dims per query: counts carry through every plane of the bit-sliced adder, whether the
+    bitmaps' adder or the lists' posting-by-posting adds (bias 0.5 mixes both) fill the planes."""
     rng = np.random.default_rng(3)
     docs = random_encoding(rng, 1_000, 400, 1, 0.5, dense_dims=0)
     queries = random_encoding(rng, 3, 400, 1, 0.9, dense_dims=0)
-    index = BinaryIndex.from_encoding(docs, [str(i) for i in range(1_000)], None, bitmap_bias=ALL_BITMAPS)
-    got = index.search_encoded(queries, 50, [1.0], "binary")
-    assert got[1][:, 0].min() > 150  # top counts need 8 planes
-    assert_same_ranking(got, expected_top_k(docs, queries, 50, [1.0], "binary", None))
+    index = BinaryIndex.from_encoding(docs, [str(i) for i in range(1_000)], None, bitmap_bias=bias)
+    if bias == 0.5:
+        assert 0 < index.buckets[0].n_bitmaps() < 400
+    for k in (50, 1_000):  # 1,000: every document offered; 50: the comparator on exact whole counts
+        got = index.search_encoded(queries, k, [1.0], "binary")
+        assert got[1][:, 0].min() > 150  # top counts need 8 planes
+        assert_same_ranking(got, expected_top_k(docs, queries, k, [1.0], "binary", None))

@@ -90,7 +90,7 @@ def test_the_searcher_turns_it_on_from_100k_documents_and_refuses_what_it_cannot
                                                                                           mini_data, mini_encoding):
     assert resolve_cascade("auto", 100_000, True) == Cascade() and resolve_cascade("auto", 99_999, True) is None
     assert resolve_cascade("auto", 10**6, False) is None
-    assert resolve_cascade("auto", 100_000, True, 0.3) == Cascade(0.2, 100)  # length-normalized scores
+    assert resolve_cascade("auto", 100_000, True, 0.3) == Cascade(0.1, 300)  # length-normalized scores
     ids = list(mini_data.corpus)
     binary = BinaryIndex.from_encoding(mini_encoding, ids, None, tiny_encoder_session.digest())
     assert Searcher(tiny_encoder_session, binary).cascade is None  # the mini corpus is far below 100k

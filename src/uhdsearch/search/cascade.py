@@ -23,7 +23,9 @@ from uhdsearch.topk import tie_order
 
 FIRST_MAX_DF = 0.1
 DEPTH = 100
-NORMALIZED_FIRST_MAX_DF = 0.2  # "auto" with length-normalized scores: 0.1 lost 0.0016 on SciFact train alone
+# "auto" with length-normalized scores: 0.1:100 lost 0.0016 on SciFact train alone; 0.1:300 and 0.2:100 keep exact's
+# train score, and 0.1:300 is the faster since lists count into the planes (session 15, benchmarks/cascade.py)
+NORMALIZED = (0.1, 300)
 MIN_DOCUMENTS = 100_000  # "auto" turns the cascade on from here; below it a search reads little anyway
 
 
@@ -52,21 +54,21 @@ class Cascade:
 
 def resolve_cascade(cascade, n_documents: int, can_cascade: bool, length_norm: float = 0.0) -> Cascade | None:
     """"auto" -> on indexes of MIN_DOCUMENTS or more that can take it, Cascade() for plain counts and
-    Cascade(NORMALIZED_FIRST_MAX_DF, DEPTH) for length-normalized ones (each the fastest cell of its grid that
+    Cascade(*NORMALIZED) for length-normalized ones (each the fastest cell of its grid that
     loses nothing on SciFact train, benchmarks/cascade.py); else None.
 
     Example:
         >>> resolve_cascade("auto", 1_000_000, True), resolve_cascade("auto", 5183, True)
         (Cascade(first_max_df=0.1, depth=100), None)
         >>> resolve_cascade("auto", 1_000_000, True, length_norm=0.3)
-        Cascade(first_max_df=0.2, depth=100)
+        Cascade(first_max_df=0.1, depth=300)
     """
     if isinstance(cascade, str):
         if cascade != "auto":
             raise UsageError(f"cascade={cascade!r}; give a Cascade, None, or 'auto'")
         if not (can_cascade and n_documents >= MIN_DOCUMENTS):
             return None
-        return Cascade(NORMALIZED_FIRST_MAX_DF, DEPTH) if length_norm else Cascade()
+        return Cascade(*NORMALIZED) if length_norm else Cascade()
     if cascade is not None and not isinstance(cascade, Cascade):
         raise UsageError(f"cascade={cascade!r}; give a Cascade, None, or 'auto'")
     if cascade is not None and not can_cascade:
@@ -104,7 +106,9 @@ def split_by_frequency(queries: SparseEncoding, document_frequencies, limit: flo
         is_rare = np.asarray(df)[m.indices] <= limit
         rare.append(mask_entries(m, is_rare))
         frequent.append(mask_entries(m, ~is_rare))
-    return SparseEncoding(rare, queries.truncated), SparseEncoding(frequent, queries.truncated)
+    # masking keeps a canonical CSR canonical: the constructor's copies and checks cost more than the masks
+    return SparseEncoding.of_canonical(rare, queries.truncated), SparseEncoding.of_canonical(frequent,
+                                                                                            queries.truncated)
 
 
 def cascade_search(index, queries: SparseEncoding, document_frequencies, k: int, bucket_weights, scoring: str,

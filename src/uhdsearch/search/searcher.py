@@ -39,7 +39,7 @@ class Searcher:
             picks each query's bucket weights with it instead of `bucket_weights`.
         cascade: a `Cascade` (search/cascade.py): the rare query dims choose candidates, the frequent ones are
             counted for those only; not exact. "auto" (the default): on indexes of 100,000 documents or more with
-            binary scoring, `Cascade()` (0.1:100) for plain counts and 0.2:100 with length normalization; none
+            binary scoring, `Cascade()` (0.1:100) for plain counts and 0.1:300 with length normalization; none
             below; None: exact search.
         length_norm: divide each bucket's binary count by the document's active dims ** length_norm
             (search/lengthnorm.py). "auto" (the default): 0.3 with binary scoring (not idf, not a bucket

@@ -149,8 +149,11 @@ class QueryWeighting:
 
 def mask_entries(m: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
     """The CSR rows of `m` with only the entries where `keep` (one flag per stored entry) is true."""
-    rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))[keep]
-    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=m.shape[0])))).astype(m.indptr.dtype)
+    if m.shape[0] == 1:  # one query at a time (the cascade's case): no per-entry row numbers to build
+        indptr = np.array([0, np.count_nonzero(keep)], m.indptr.dtype)
+    else:
+        rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))[keep]
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=m.shape[0])))).astype(m.indptr.dtype)
     return sp.csr_matrix((m.data[keep], m.indices[keep], indptr), shape=m.shape)
 
 

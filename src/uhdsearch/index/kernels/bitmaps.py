@@ -40,6 +40,28 @@ def ripple(planes, cw, j, n_planes, n_w, carry):
 
 
 @numba.njit(cache=True, inline="always")
+def plane_add(planes, q, cw, n_planes, w, bit, step):
+    """Add `step` (>= 1) to one document's vertical counter: bit `bit` of word w (plane j at planes[q + j cw]).
+
+    List-encoded dims add their postings here, so the planes hold whole counts and the comparator needs no
+    slack for them; a ripple stops at the first plane that takes the carry (two planes on average for step 1).
+    """
+    one = np.uint64(1) << np.uint64(bit)
+    v = step
+    carry = np.uint64(0)
+    j = 0
+    while (v or carry) and j < n_planes:
+        at = q + j * cw + w
+        p = planes[at]
+        b = one if v & 1 else np.uint64(0)
+        a = p & one
+        planes[at] = p ^ b ^ carry  # b and carry are within `one`: only this document's bit changes
+        carry = (a & b) | (carry & (a ^ b))
+        v >>= 1
+        j += 1
+
+
+@numba.njit(cache=True, inline="always")
 def planes_max(planes, q, cw, n_planes):
     """Largest count held by the 64 vertical counters of one word (its plane j at planes[q + j cw])."""
     candidates = ~np.uint64(0)

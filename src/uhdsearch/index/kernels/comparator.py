@@ -31,44 +31,73 @@ def at_least(planes, q, cw, n_planes, n_w, need, hits, equal):
 
 
 @numba.njit(cache=True, inline="always")
-def _need(weight, n_lists, scale, n_planes, worst):
-    """The smallest count whose best score (every list dim too, at this length factor) beats `worst`: the
-    comparison the scores make, so float rounding cannot drop a document that belongs in the heap."""
+def _need(weight, scale, n_planes, worst):
+    """The smallest count whose score at this length factor beats `worst`: the comparison the scores make, so
+    float rounding cannot drop a document that belongs in the heap."""
     need = 0
     if scale != 1.0:  # a first guess never above the answer, then the exact comparison
-        need = min(max(0, np.int64(worst / (weight * scale) * (1.0 - 1e-9)) - n_lists - 1), 1 << n_planes)
-    while need < (1 << n_planes) and (weight * np.float64(n_lists + need)) * scale <= worst:
+        need = min(max(0, np.int64(worst / (weight * scale) * (1.0 - 1e-9)) - 1), 1 << n_planes)
+    while need < (1 << n_planes) and (weight * np.float64(need)) * scale <= worst:
         need += 1
     return need
 
 
 @numba.njit(cache=True)
-def sole_bucket_hits(planes, q, cw, n_planes, n_w, m, n_lists, weight, list_counts, hits, equal, deleted, c0,
-                     size, k, out_scores, out_docs, scales, class_bits, class_max, w0, class_hits):
+def at_least_each(planes, q, cw, n_planes, n_w, needs, class_bits, n_words, w0, hits, equal, thresholds):
+    """hits[w] = the documents of word w whose count is >= the need of their own length class, all classes in one
+    comparator pass: bit j of every document's need is gathered into threshold plane j from the class bitmaps
+    (class_bits: class c's words from c n_words; w0: the chunk's first word). needs[c] == 2**n_planes: class c
+    cannot enter. thresholds: n_planes cw words of scratch."""
+    never = 1 << n_planes
+    for j in range(n_planes):
+        t = thresholds[j * cw:j * cw + n_w]
+        t[:] = 0
+        for c in range(needs.shape[0]):
+            if needs[c] < never and (needs[c] >> j) & 1:
+                members = class_bits[c * n_words + w0:c * n_words + w0 + n_w]
+                for w in range(n_w):
+                    t[w] |= members[w]
+    hits[:n_w] = 0
+    equal[:n_w] = ~np.uint64(0)
+    for c in range(needs.shape[0]):
+        if needs[c] >= never:
+            members = class_bits[c * n_words + w0:c * n_words + w0 + n_w]
+            for w in range(n_w):
+                equal[w] &= ~members[w]
+    for j in range(n_planes - 1, -1, -1):  # from the top plane: above the need, or equal to it so far
+        plane = planes[q + j * cw:q + j * cw + n_w]
+        t = thresholds[j * cw:j * cw + n_w]
+        for w in range(n_w):
+            p = plane[w]
+            hits[w] |= equal[w] & p & ~t[w]
+            equal[w] &= ~(p ^ t[w])
+    for w in range(n_w):
+        hits[w] |= equal[w]
+
+
+@numba.njit(cache=True)
+def sole_bucket_hits(planes, q, cw, n_planes, n_w, m, weight, hits, equal, deleted, c0, size, k, out_scores,
+                     out_docs, scales, class_bits, class_max, w0, thresholds):
     """Offer the chunk's documents that can beat the full heap, scored by one bucket; returns the heap size.
 
+    The planes hold each document's whole count (bitmap and list dims alike), so the threshold is exact.
+
     scales: empty, or each document's length factor (kernels/lengths.py): then each length class of the chunk's
-    documents (class_bits, words from w0 on) gets the count its own largest factor needs (class_hits: scratch).
+    documents (class_bits, words from w0 on) needs the count its own largest factor needs (thresholds: scratch of
+    n_planes cw words).
     """
     normed = scales.shape[0] > 0
     if not normed:
-        need = _need(weight, n_lists, 1.0, n_planes, out_scores[0])
+        need = _need(weight, 1.0, n_planes, out_scores[0])
         if need == 1 << n_planes:
             return size
         at_least(planes, q, cw, n_planes, n_w, need, hits, equal)
     else:
-        hits[:n_w] = 0
-        n_words = class_bits.shape[0] // class_max.shape[0]
-        for c in range(class_max.shape[0]):
-            if class_max[c] == 0.0:  # an empty class (fewer documents than classes)
-                continue
-            need = _need(weight, n_lists, class_max[c], n_planes, out_scores[0])
-            if need == 1 << n_planes:
-                continue
-            at_least(planes, q, cw, n_planes, n_w, need, class_hits, equal)
-            members = class_bits[c * n_words + w0:c * n_words + w0 + n_w]
-            for w in range(n_w):
-                hits[w] |= class_hits[w] & members[w]
+        needs = np.empty(class_max.shape[0], np.int64)
+        for c in range(class_max.shape[0]):  # an empty class (fewer documents than classes) has no members
+            needs[c] = _need(weight, class_max[c], n_planes, out_scores[0]) if class_max[c] > 0.0 else 1 << n_planes
+        at_least_each(planes, q, cw, n_planes, n_w, needs, class_bits, class_bits.shape[0] // class_max.shape[0],
+                      w0, hits, equal, thresholds)
     for w in range(n_w):
         x = hits[w]
         while x:
@@ -77,7 +106,7 @@ def sole_bucket_hits(planes, q, cw, n_planes, n_w, m, n_lists, weight, list_coun
             i = w * 64 + bit
             if i >= m:  # bits come out in ascending order; need == 0 sets the bits past the last document too
                 break
-            count = np.int64(list_counts[i]) if n_lists > 0 else np.int64(0)
+            count = np.int64(0)
             for j in range(n_planes):
                 count += np.int64((planes[q + j * cw + w] >> np.uint64(bit)) & np.uint64(1)) << j
             if normed:  # as the general path sums it

@@ -7,8 +7,8 @@ one set bit adds the tree's 4-bit count at its plane; any other weight counts it
 adds that counter once per set bit and chunk (adding every group's count at every set bit cost 1.5-2.5x binary at
 100k documents; this costs 1.2-1.3x). The carry out of the 4-bit adds waits in a buffer and is summed 15 at a time,
 so the ripple through the upper planes is rare. The counter then holds the weighted sum, so the one-bucket comparator
-and per-word bound prune as for binary. List-encoded dims simply add their weight to the per-document counters
-(lists.py): no planes needed.
+and per-word bound prune as for binary. List-encoded dims add their weight into the same planes, posting by posting
+(lists.py, bitmaps.plane_add), after this adder has set them.
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ import numba
 import numpy as np
 
 from uhdsearch.index.codec import BLOCK
+from uhdsearch.index.kernels.bitmaps import plane_add
 
 
 @numba.njit(cache=True)
@@ -22,10 +23,11 @@ def first_block(blocks, start, end, doc):
 
 @numba.njit(cache=True)
 def add_lists(indptr, rows, block_ptr, payload_ptr, blocks, payload, weights, qdims, qvals, lo_j, hi_j, cursor,
-              position, pending, c_off, c0, c1, weighted, quantized, counts, values):
+              position, pending, c_off, c0, c1, weighted, quantized, values, planes, q, cw, n_planes):
     """Term at a time over packed lists for documents c0..c1-1.
 
-    Counts add 1 per shared dim, or the query dim's integer weight when `quantized`.
+    Counts add 1 per shared dim, or the query dim's integer weight when `quantized`, into the chunk's bit-sliced
+    planes (plane j of word w at planes[q + j cw + w], bitmaps.plane_add); `weighted` adds into `values`.
 
     Each query entry keeps its decoding state between chunks: block, position in the block and the decoded
     doc number not yet counted, so no block is decoded twice.
@@ -44,7 +46,7 @@ def add_lists(indptr, rows, block_ptr, payload_ptr, blocks, payload, weights, qd
             continue
         i = position[e]
         q_value = np.float64(qvals[j])
-        step = np.int32(qvals[j]) if quantized else np.int32(1)
+        step = np.int64(qvals[j]) if quantized else np.int64(1)
         first_posting = indptr[d] + (block - block_ptr[d]) * BLOCK
         count = min(BLOCK, indptr[d + 1] - first_posting)
         meta = np.int64(blocks[2 * block + 1])
@@ -56,7 +58,7 @@ def add_lists(indptr, rows, block_ptr, payload_ptr, blocks, payload, weights, qd
                 if weighted:
                     values[doc - c0] += q_value * np.float64(weights[first_posting + i])
                 else:
-                    counts[doc - c0] += step
+                    plane_add(planes, q, cw, n_planes, (doc - c0) >> 6, (doc - c0) & 63, step)
             i += 1
             if i < count:
                 at = (i - 1) * bits

@@ -28,10 +28,9 @@ def probe_counts(indptr, rows, bitmaps, block_ptr, payload_ptr, blocks, payload,
         r = rows[d]
         if r >= 0:
             base = np.int64(r) * words
-            for i in range(n):
+            for i in range(n):  # branch-free: the loads do not wait on each other (a branch per bit mispredicts)
                 doc = docs[i]
-                if (bitmaps[base + (doc >> 6)] >> np.uint64(doc & 63)) & np.uint64(1):
-                    counts[i] += step
+                counts[i] += np.int64((bitmaps[base + (doc >> 6)] >> np.uint64(doc & 63)) & np.uint64(1)) * step
             continue
         start, end = block_ptr[d], block_ptr[d + 1]
         if start == end:

@@ -57,14 +57,13 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
     planes = np.zeros(n_buckets * chunk_words * MAX_PLANES, np.uint64)
     carry = np.zeros(chunk_words, np.uint64)
     hits = np.zeros(chunk_words, np.uint64)
-    class_hits = np.zeros(chunk_words if normed else 0, np.uint64)
     size = 0
     c_off = qptr[0]
     # per query entry: next block of a list dim, or next weight of a bitmap dim
     cursor = np.zeros(qptr[n_buckets] - c_off, np.int64)
     position = np.zeros(qptr[n_buckets] - c_off, np.int64)  # list dims: posting within the block
     pending = np.zeros(qptr[n_buckets] - c_off, np.int64)  # list dims: decoded doc number not yet counted
-    # per bucket: bitmap row starts of the query's bitmap dims; count of its list dims (bounds their counts)
+    # per bucket: bitmap row starts of the query's bitmap dims; its list dims' summed weights (sizes the planes)
     bases = np.zeros(qptr[n_buckets] - c_off, np.int64)
     bases_ptr = np.zeros(n_buckets + 1, np.int64)
     n_lists = np.zeros(n_buckets, np.int64)
@@ -103,7 +102,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 while (1 << (n - 7)) <= v:
                     n += 1
                 break
-        while (1 << n) <= largest:
+        while (1 << n) <= largest + n_lists[b]:  # list dims count into the same planes
             n += 1
         n_planes[b] = n
     # the one bucket that scores a binary query, when there is one (the usual single-bucket model): its
@@ -114,8 +113,13 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
         if bucket_weights[b] != 0.0 and qptr[b + 1] > qptr[b]:
             n_active += 1
             sole = b
-    if weighted or n_active != 1 or bucket_weights[sole] < 0.0 or bases_ptr[sole + 1] == bases_ptr[sole]:
+    if weighted or n_active != 1 or bucket_weights[sole] < 0.0:
         sole = -1
+    if n_active == 0:  # no scoring bucket holds a query dim: no document scores above 0
+        for i in range(k):
+            out_docs[i] = -1
+            out_scores[i] = 0.0
+        return
     for c0 in range(lo, hi, chunk):
         c1 = min(c0 + chunk, hi)
         m = c1 - c0
@@ -129,22 +133,29 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 continue
             if weighted:
                 values[:m] = 0.0
-            elif not (b == sole and comparator and n_lists[b] == 0):  # that path reads no counts then
-                counts[b * chunk:b * chunk + m] = 0
-            add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
-                      weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
-                      weighted, quantized, counts[b * chunk:(b + 1) * chunk], values)
-            if weighted:
+                add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
+                          weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
+                          True, False, values, planes, 0, chunk_words, 0)
                 if bases_ptr[b + 1] > bases_ptr[b]:
                     add_bitmaps_weighted(bitmaps[b], weights[b], indptrs[b], bitmap_rows[b], qdims, qvals, qptr[b],
                                          qptr[b + 1], cursor, c_off, n_w, w0, words, values)
                 weight_b = bucket_weights[b]
                 for i in range(m):
                     total[i] += weight_b * values[i]
-            elif bases_ptr[b + 1] > bases_ptr[b]:
+                continue
+            if not (b == sole and comparator):  # the per-word path extracts counts from the planes into these
+                counts[b * chunk:b * chunk + m] = 0
+            q = b * chunk_words * MAX_PLANES
+            if bases_ptr[b + 1] > bases_ptr[b]:
                 accumulate_levels(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], level_ptr[b], n_w, w0,
-                                  n_planes[b], planes[b * chunk_words * MAX_PLANES:(b + 1) * chunk_words * MAX_PLANES],
-                                  chunk_words, carry, scratch[:SCRATCH_PLANES * chunk_words])
+                                  n_planes[b], planes[q:q + chunk_words * MAX_PLANES], chunk_words, carry,
+                                  scratch[:SCRATCH_PLANES * chunk_words])
+            else:
+                planes[q:q + n_planes[b] * chunk_words] = 0
+            # after the bitmaps (which set the planes): the list dims' postings add into the same counters
+            add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
+                      weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
+                      False, quantized, values, planes, q, chunk_words, n_planes[b])
         if weighted:
             for i in range(m):
                 score = total[i]
@@ -153,11 +164,10 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                         continue
                     size = push(out_scores, out_docs, size, k, score, c0 + i)
             continue
-        if comparator:  # `carry` is free again: it serves as the comparator's scratch
+        if comparator:  # `carry` and `scratch` are free again: they serve as the comparator's scratch
             size = sole_bucket_hits(planes, sole * chunk_words * MAX_PLANES, chunk_words, n_planes[sole], n_w, m,
-                                    n_lists[sole], bucket_weights[sole], counts[sole * chunk:(sole + 1) * chunk],
-                                    hits, carry, deleted, c0, size, k, out_scores, out_docs, scales[sole],
-                                    class_bits[sole], class_max[sole], w0, class_hits)
+                                    bucket_weights[sole], hits, carry, deleted, c0, size, k, out_scores, out_docs,
+                                    scales[sole], class_bits[sole], class_max[sole], w0, scratch)
             continue
         for w in range(n_w):
             if size == k:
@@ -167,9 +177,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                     weight_b = bucket_weights[b]
                     if weight_b <= 0.0 or qptr[b + 1] == qptr[b]:
                         continue
-                    largest = n_lists[b]
-                    if bases_ptr[b + 1] > bases_ptr[b]:
-                        largest += planes_max(planes, b * chunk_words * MAX_PLANES + w, chunk_words, n_planes[b])
+                    largest = planes_max(planes, b * chunk_words * MAX_PLANES + w, chunk_words, n_planes[b])
                     if normed:  # rounding is monotone: no document of the word can exceed this
                         bound += (weight_b * np.float64(largest)) * word_max[b][w0 + w]
                     else:
@@ -177,7 +185,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 if bound <= out_scores[0]:
                     continue
             for b in range(n_buckets):
-                if bases_ptr[b + 1] > bases_ptr[b] and bucket_weights[b] != 0.0:
+                if qptr[b + 1] > qptr[b] and bucket_weights[b] != 0.0:
                     planes_extract(planes, b * chunk_words * MAX_PLANES + w, chunk_words, n_planes[b], counts,
                                    b * chunk + w * 64)
             for i in range(w * 64, min(w * 64 + 64, m)):
