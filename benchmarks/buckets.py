@@ -169,7 +169,7 @@ def main() -> None:
     encoder = EncoderConfig(dim=args.dim, wta_k=args.wta_k, query_k=None, bucket_layers=tuple(layers),
                             document_max_length=args.document_max_length)
     recipe = Recipe(encoder=encoder, max_steps=args.max_steps, eval_every=args.eval_every,
-                    max_minutes=args.max_minutes)
+                    max_minutes=args.max_minutes, dev_length_norm=0.0)  # plain-count dev, as its README figures
     fair = encoder.replace(dim=args.dim * len(layers), wta_k=args.wta_k * len(layers), bucket_layers=(layers[-1],))
     pairs, dev = training_pairs(documents, train_data, recipe)
     states_dir = cache / "states"

@@ -13,7 +13,9 @@ counts). `own_models`: each collection's own quickstart model
 untrained: what training earns under each score. For each collection, the untrained centred head
 (studies/untrained.py, built once under .cache/studies) and the shipped quickstart model (`shipped`, its directory
 with model/ and index-binary/), both with the shipped model's query token limit, searched by the Searcher with
-plain counts and with the default normalization; test nDCG@10.
+plain counts and with the default normalization; test nDCG@10. `--result-key untrained_devnorm --shipped
+scifact=../main/out/quickstart-devnorm,...`: the same for the quickstarts whose dev checks score the normalized
+search (session 15), kept beside the first rows.
 
 speed: the synthetic 1M binary index (benchmarks/synthetic_binary.py) with the SciFact test queries of the stats
 file, one thread, k = 10: exact and cascade search, plain and normalized, timed interleaved query by query, and
@@ -221,16 +223,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--alpha", type=comma_list(float))
     parser.add_argument("--n-documents", type=int)
     parser.add_argument("--n-queries", type=int)
+    parser.add_argument("--result-key", default="untrained",
+                        help="untrained: the key of the results file it writes (e.g. for another set of shipped models)")
     args, config, settings = parse_args(parser, "length_norm", argv)
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
     previous = json.loads(RESULT_JSON.read_text()) if RESULT_JSON.exists() else {}
     if args.part == "quality":
         start = time.time()
-        result = quality(args, config, settings) | {k: v for k, v in previous.items() if k in ("speed", "untrained")}
+        result = quality(args, config, settings) | {k: v for k, v in previous.items()
+                                                      if k == "speed" or k.startswith("untrained")}
         result["wall_s"] = round(time.time() - start, 1)
         report(result)
     elif args.part == "untrained":
-        result = previous | {"untrained": untrained(args)}
+        result = previous | {args.result_key: untrained(args)}
     else:
         if "chosen_alpha" not in previous:
             raise SystemExit(f"run `benchmarks/length_norm.py quality` first: {RESULT_JSON} has no chosen alpha")

@@ -19,7 +19,8 @@ from uhdsearch.training.trainer import TrainingArgs
 QUICKSTART = dict(dim=32_768, wta_k=40, query_k=None, bucket_layers=(-1,), bucket_weights=None,
                   document_max_length=256, ict_per_document=1, center=True, use_train_qrels=True, epochs=3.0,
                   learning_rate=1e-3, loss="infonce", binary_aware=True, max_steps=450, distill_weight=0.0,
-                  hard_negative_depth=0, train_backbone_layers=0, dev_share=0.1, eval_every=50, max_train_minutes=20.0)
+                  hard_negative_depth=0, train_backbone_layers=0, dev_share=0.1, eval_every=50, max_train_minutes=20.0,
+                  dev_length_norm=0.3)
 FAST_SETTINGS = dict(QUICKSTART, dim=8_192, ict_per_document=1, max_train_minutes=1.0, eval_every=None)
 
 
@@ -108,7 +109,8 @@ def test_train_on_collection_with_unfrozen_top_layer_and_dev_early_stopping(tiny
     documents = list(train_data.corpus.values())
     top = tiny_encoder.backbone.model.encoder.layer[-1].output.dense.weight.detach().clone()
     recipe = Recipe(dim=1024, wta_k=8, bucket_layers=(1, 2), document_max_length=64, ict_per_document=0,
-                    epochs=2.0, learning_rate=1e-3, train_backbone_layers=1, eval_every=2, dev_share=0.25)
+                    epochs=2.0, learning_rate=1e-3, train_backbone_layers=1, eval_every=2, dev_share=0.25,
+                    dev_length_norm=0.0)  # plain-count dev keeps a trained step on this tiny model
     result, n_pairs = train_on_collection(tiny_encoder, documents, train_data, recipe, show_progress=False)
     assert 0 < n_pairs < 45  # a quarter of the train queries is held out for the dev score
     assert len(result.evals) >= 2 and result.best_step is not None
@@ -218,6 +220,6 @@ def test_dev_length_norm_scores_the_dev_split_as_search_does(tiny_encoder, mini_
     want = {a: evaluate(Searcher(tiny_encoder, index, "binary", max_df=None, length_norm=a).search(queries, k=100),
                         dev[1], ["nDCG@10"])["nDCG@10"] for a in (None, 1.0)}
     assert (plain, normalized) == (want[None], want[1.0]) and plain != normalized
-    assert Recipe().dev_length_norm == 0.0
+    assert Recipe().dev_length_norm == 0.3  # the search default's alpha: the quickstart chooses on it
     with pytest.raises(ValueError, match="length_norm=-1"):
         Recipe(dev_length_norm=-1)

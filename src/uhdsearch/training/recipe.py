@@ -29,6 +29,7 @@ from uhdsearch.evaluation.datasets import BeirData, load_beir
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.base import check_length_norm
 from uhdsearch.index.inverted import BinaryIndex
+from uhdsearch.search.lengthnorm import LENGTH_NORM
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
 from uhdsearch.training.mining import ModelMiner, mine_with_teacher
@@ -81,9 +82,10 @@ class Recipe:
     teacher: str = "dense"  # "dense" (the backbone, mean-pooled) or "sum-of-max" (its token states, late interaction)
     # Who judges that dev split; None: `teacher`. Fix it to compare recipes that distil from different teachers.
     dev_teacher: str | None = None
-    # The dev checks' binary score: 0 (plain counts, what every figure so far chose with) or the alpha of the
-    # length-normalized score that search uses by default (search/lengthnorm.py), to choose on the deployed score.
-    dev_length_norm: float = 0.0
+    # The dev checks' binary score: the alpha of the length-normalized score that search uses by default
+    # (search/lengthnorm.py), so the kept step is chosen on the deployed score (session 15; README "Choosing on the
+    # deployed score"), or 0: plain counts, what every figure before session 15 chose with.
+    dev_length_norm: float = LENGTH_NORM
     judged_depth: int = 10
     # Mining (training/mining.py). Corpus (ICT) queries: the teacher's top `mined_positives` are positives beside
     # the source passage; `teacher_negative_depth` > 0: one negative per pair from the teacher's ranks
