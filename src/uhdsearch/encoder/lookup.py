@@ -27,25 +27,22 @@ def build_table(model, batch_size: int = 1024, token_ids=None) -> list[sp.csr_ma
     """
     import torch
 
+    from uhdsearch.encoder.modes import evaluating
+
     tokenizer = model.backbone.tokenizer
     vocab = len(tokenizer)
     wanted = np.arange(vocab) if token_ids is None else np.unique(np.asarray(token_ids, np.int64))
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     parts: list[list[sp.csr_matrix]] = [[] for _ in model.layers]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            for start in range(0, len(wanted), batch_size):
-                ids = torch.from_numpy(wanted[start:start + batch_size])
-                input_ids = torch.stack([torch.full_like(ids, cls), ids, torch.full_like(ids, sep)], dim=1)
-                states = model._backbone_runner()(input_ids, torch.ones_like(input_ids), model.layers)
-                tokens = [s[:, 1] for s in states]  # the token's own state; each token is its own "text"
-                vectors = model.pool_tokens(tokens, torch.arange(len(ids)), len(ids))
-                for b, v in enumerate(vectors):
-                    parts[b].append(sp.csr_matrix(v.float().numpy()))
-    finally:
-        model.train(was_training)
+    with evaluating(model), torch.inference_mode():
+        for start in range(0, len(wanted), batch_size):
+            ids = torch.from_numpy(wanted[start:start + batch_size])
+            input_ids = torch.stack([torch.full_like(ids, cls), ids, torch.full_like(ids, sep)], dim=1)
+            states = model._backbone_runner()(input_ids, torch.ones_like(input_ids), model.layers)
+            tokens = [s[:, 1] for s in states]  # the token's own state; each token is its own "text"
+            vectors = model.pool_tokens(tokens, torch.arange(len(ids)), len(ids))
+            for b, v in enumerate(vectors):
+                parts[b].append(sp.csr_matrix(v.float().numpy()))
     place = sp.csr_matrix((np.ones(len(wanted), np.float32), (wanted, np.arange(len(wanted)))),
                           shape=(vocab, len(wanted)))  # rows of the built tokens -> their vocabulary ids
     return [(place @ sp.vstack(p, format="csr")).astype(np.float32).tocsr() for p in parts]

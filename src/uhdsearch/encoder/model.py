@@ -19,6 +19,7 @@ from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.buckets import Buckets
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.device import resolve_device
+from uhdsearch.encoder.modes import evaluating
 from uhdsearch.encoder.onnx_backbone import OnnxBackbone
 from uhdsearch.encoder.states import TokenStates, compute_token_states
 from uhdsearch.encoder.top_layers import bucket_token_states
@@ -247,13 +248,15 @@ class UHDEncoder(nn.Module):
         if not texts:
             return SparseEncoding([sp.csr_matrix((0, self.config.dim), dtype=np.float32) for _ in self.layers],
                                   np.zeros(0, dtype=bool))
+        with evaluating(self):  # thread-safe, where another thread encodes with this model (encoder/modes.py)
+            return self._encode_texts(texts, kind, batch_size, wta_k, show_progress)
+
+    def _encode_texts(self, texts: list[str], kind: Kind, batch_size: int, wta_k: int | None,
+                      show_progress: bool) -> SparseEncoding:
         max_length = self.config.query_max_length if kind == "query" else self.config.document_max_length
         parts: list[list[sp.csr_matrix]] = [[] for _ in self.layers]
         order: list[np.ndarray] = []
         truncated = np.zeros(len(texts), dtype=bool)
-        was_training = self.training
-        if was_training:  # walking every module costs ~5 ms, as much as a query's WTA projection
-            self.eval()
         bar = tqdm(total=len(texts), desc=f"encode {_PLURAL[kind]}", unit="doc" if kind == "document" else "query",
                    disable=not show_progress, leave=False)
         try:
@@ -266,8 +269,6 @@ class UHDEncoder(nn.Module):
                     bar.update(len(positions))
         finally:
             bar.close()
-            if was_training:
-                self.train()
         order = np.concatenate(order)
         if len(parts[0]) == 1 and np.array_equal(order, np.arange(len(texts))):  # one batch in order (a query)
             return SparseEncoding([p[0] for p in parts], truncated)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from uhdsearch.encoder.modes import evaluating
 from uhdsearch.errors import UsageError
 
 
@@ -78,10 +79,8 @@ def compute_token_states(
     hidden = backbone.hidden_size
     out = [torch.empty(int(offsets[-1]), hidden, dtype=torch.bfloat16) for _ in layers]
     order = np.argsort(-lengths, kind="stable")
-    was_training = backbone.training
-    backbone.eval()
-    with torch.inference_mode(), tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress,
-                                      leave=False) as bar:
+    with evaluating(backbone), torch.inference_mode(), tqdm(total=len(texts), desc=desc, unit="text",
+                                                            disable=not show_progress, leave=False) as bar:
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
             batch = tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
@@ -91,6 +90,5 @@ def compute_token_states(
                     n = lengths[row]
                     out[j][offsets[row] : offsets[row] + n] = states[position, :n].to(torch.bfloat16)
             bar.update(len(rows))
-    backbone.train(was_training)
     char_spans = np.array([s for text_spans in spans for s in text_spans], dtype=np.int32).reshape(-1, 2)
     return TokenStates(list(layers), out, offsets, char_spans)
