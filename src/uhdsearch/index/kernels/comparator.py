@@ -96,6 +96,8 @@ def sole_bucket_hits(planes, q, cw, n_planes, n_w, m, weight, hits, equal, delet
         needs = np.empty(class_max.shape[0], np.int64)
         for c in range(class_max.shape[0]):  # an empty class (fewer documents than classes) has no members
             needs[c] = _need(weight, class_max[c], n_planes, out_scores[0]) if class_max[c] > 0.0 else 1 << n_planes
+        if needs.min() == 1 << n_planes:  # no class can enter the heap
+            return size
         at_least_each(planes, q, cw, n_planes, n_w, needs, class_bits, class_bits.shape[0] // class_max.shape[0],
                       w0, hits, equal, thresholds)
     for w in range(n_w):

@@ -66,7 +66,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
     # per bucket: bitmap row starts of the query's bitmap dims; its list dims' summed weights (sizes the planes)
     bases = np.zeros(qptr[n_buckets] - c_off, np.int64)
     bases_ptr = np.zeros(n_buckets + 1, np.int64)
-    n_lists = np.zeros(n_buckets, np.int64)
+    list_weights = np.zeros(n_buckets, np.int64)
     n_planes = np.zeros(n_buckets, np.int64)
     # each bucket's bitmap bases ordered by weight level, level v's at bases_ptr[b] + level_ptr[b, v - 1:v + 1]
     level_ptr = np.zeros((n_buckets, MAX_LEVEL + 1), np.int64)
@@ -88,7 +88,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                     cursor[j - c_off] = indptr[d] + before
             else:
                 if indptr[d + 1] > indptr[d]:
-                    n_lists[b] += np.int64(qvals[j]) if quantized else 1
+                    list_weights[b] += np.int64(qvals[j]) if quantized else 1
                 block = first_block(blocks[b], block_ptrs[b][d], block_ptrs[b][d + 1], lo)
                 cursor[j - c_off] = block
                 if block < block_ptrs[b][d + 1]:
@@ -102,7 +102,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 while (1 << (n - 7)) <= v:
                     n += 1
                 break
-        while (1 << n) <= largest + n_lists[b]:  # list dims count into the same planes
+        while (1 << n) <= largest + list_weights[b]:  # list dims count into the same planes
             n += 1
         n_planes[b] = n
     # the one bucket that scores a binary query, when there is one (the usual single-bucket model): its
