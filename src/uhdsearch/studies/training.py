@@ -46,6 +46,9 @@ RECIPES: dict[str, dict[str, Any]] = {
     "KL from sum-of-max over mined positives and negatives": {**_MINED, "loss": "kl"},
     "InfoNCE binarized, mined positives, ANCE negatives re-mined every 30 steps": {
         **_MINED, "teacher_negative_depth": 0, "remine_every": 30},
+    # the two together (session 15): KL from the teacher over the mined positives, negatives re-mined by the model
+    "KL from sum-of-max over mined positives, ANCE negatives re-mined every 30 steps": {
+        **_MINED, "loss": "kl", "teacher_negative_depth": 0, "remine_every": 30},
     # ANCE alone on the quickstart's pairs; 40 steps (the study's time on a loaded machine), re-mined at 0 and 20
     "InfoNCE binarized, ANCE negatives re-mined every 20 steps (40 steps)": {"remine_every": 20, "max_steps": 40},
     "mined positives and negatives + df penalty 1e-2 (tau 0.1)": {
