@@ -80,7 +80,8 @@ def many_documents():
 def test_chunk_and_thread_boundaries(many_documents, bias):
     docs, queries, deleted = many_documents
     index = WeightedIndex.from_encoding(docs, [str(i) for i in range(docs.n)], None, bitmap_bias=bias)
-    # [0.0, 1.0]: one bucket scores the query, so later chunks take the comparator path of a full heap
+    # [0.0, 1.0]: one bucket scores the query, so the comparator takes over (in blocks of 8,192 documents) once
+    # the heap is full, inside the first chunk and across the later ones
     # length_norm: the comparator's per-class thresholds across chunks and thread ranges (kernels/lengths.py)
     for scoring, weights, norm in (("binary", [1.0, 0.5], 0.0), ("weighted", [1.0, 0.5], 0.0),
                                    ("binary", [0.0, 1.0], 0.0), ("binary", [0.0, 1.0], 0.3),

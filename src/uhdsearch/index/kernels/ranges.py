@@ -7,7 +7,7 @@ import numpy as np
 from uhdsearch.index.kernels.bitmaps import (MAX_PLANES, add_bitmaps_weighted, planes_extract,
                                              planes_max)
 from uhdsearch.index.kernels.bits import popcount
-from uhdsearch.index.kernels.comparator import sole_bucket_hits
+from uhdsearch.index.kernels.comparator import sole_bucket_blocks
 from uhdsearch.index.kernels.heap import push
 from uhdsearch.index.kernels.levels import MAX_LEVEL, SCRATCH_PLANES, accumulate_levels
 from uhdsearch.index.kernels.lists import add_lists, first_block
@@ -165,11 +165,17 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                     size = push(out_scores, out_docs, size, k, score, c0 + i)
             continue
         if comparator:  # `carry` and `scratch` are free again: they serve as the comparator's scratch
-            size = sole_bucket_hits(planes, sole * chunk_words * MAX_PLANES, chunk_words, n_planes[sole], n_w, m,
-                                    bucket_weights[sole], hits, carry, deleted, c0, size, k, out_scores, out_docs,
-                                    scales[sole], class_bits[sole], class_max[sole], w0, scratch)
+            size = sole_bucket_blocks(planes, sole * chunk_words * MAX_PLANES, chunk_words, n_planes[sole], 0, n_w,
+                                      m, bucket_weights[sole], hits, carry, deleted, c0, size, k, out_scores,
+                                      out_docs, scales[sole], class_bits[sole], class_max[sole], w0, scratch)
             continue
         for w in range(n_w):
+            if size == k and sole >= 0:  # the heap filled inside this chunk: the comparator takes the rest
+                size = sole_bucket_blocks(planes, sole * chunk_words * MAX_PLANES, chunk_words, n_planes[sole], w,
+                                          n_w, m, bucket_weights[sole], hits, carry, deleted, c0, size, k,
+                                          out_scores, out_docs, scales[sole], class_bits[sole], class_max[sole], w0,
+                                          scratch)
+                break
             if size == k:
                 # bound the word's best total (same summation order as the scores, so rounding cannot break it)
                 bound = 0.0
