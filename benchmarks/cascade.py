@@ -8,7 +8,8 @@ queries choose, test splits are scored in the same run and read only after the c
 
 speed: the synthetic 1M binary index (benchmarks/synthetic_binary.py) with the SciFact test queries encoded by the
 same model, one thread, k = 10, exact search and every grid cell timed interleaved query by query, bm25s on
-dictionary text of the same size in the same process. Then the choice: the fastest cell whose SciFact-train nDCG@10
+dictionary text of the same size in the same process. Cells read the second pass from doc-major rows (the default,
+index/forward.py; their build time and size are recorded); `probe_cells` are timed probing the postings too. Then the choice: the fastest cell whose SciFact-train nDCG@10
 is at least exact search's both with the distractors and alone (the distractors are short definitions, unlike the
 abstracts; a corpus of abstracts alone is the harder case for the first pass, whose dims are then less rare).
 
@@ -60,7 +61,9 @@ def cells(args) -> list[Cascade]:
 
 
 def label(cascade: Cascade | None) -> str:
-    return "exact" if cascade is None else f"{cascade.first_max_df:g}:{cascade.depth}"
+    if cascade is None:
+        return "exact"
+    return f"{cascade.first_max_df:g}:{cascade.depth}" + ("" if cascade.forward else ":probe")
 
 
 def stack(a: SparseEncoding, b: SparseEncoding) -> SparseEncoding:
@@ -141,23 +144,39 @@ def speed(args, config, settings) -> None:
     _, queries, _ = load_stats()
     queries = queries[:args.n_queries]
     load_start = os.getloadavg()
-    index = InvertedIndex.load(binary_index_dir(args.n_documents, args.seed), mmap=True, verify=False)
+    path = binary_index_dir(args.n_documents, args.seed)
+    index = InvertedIndex.load(path, mmap=True, verify=False)  # exact search and the cells that probe
     index.warm_up()
+    # one index object per first pass, each with its own doc-major rows (index/forward.py): a store built for a
+    # lower first_max_df also serves higher ones, but its longer rows would slow their second pass
+    forward, build_s, store_gb = {}, {}, {}
+    for first in sorted({c.first_max_df for c in cells(args)}):
+        forward[first] = InvertedIndex.load(path, mmap=True, verify=False)  # shares the page cache
+        start = time.perf_counter()
+        forward[first].keep_forward(first)
+        build_s[f"{first:g}"] = round(time.perf_counter() - start, 2)
+        store_gb[f"{first:g}"] = round(sum(s.nbytes for s in forward[first]._forward.stores) / 1e9, 3)
+        log(f"doc-major rows above {first:g}: {build_s[f'{first:g}']} s, {store_gb[f'{first:g}']} GB")
     weighting = QueryWeighting.of_index(index, args.max_df)
     kept = weighting.drop(queries)
     dfs = weighting.document_frequencies
     rows = [kept[i:i + 1] for i in range(kept.n)]
     systems = {"exact": (lambda q: index.search_encoded(q, K, [1.0], "binary", n_threads=1,
                                                         length_norm=args.length_norm), rows)}
-    for cascade in cells(args):
+    probed = [Cascade(float(f), int(d), forward=False) for f, _, d in (c.partition(":") for c in args.probe_cells)]
+    for cascade in cells(args) + probed:
+        searched = forward[cascade.first_max_df] if cascade.forward else index
         systems[label(cascade)] = (
-            lambda q, c=cascade: cascade_search(index, q, dfs, K, [1.0], "binary", c, n_threads=1,
-                                                length_norm=args.length_norm), rows)
+            lambda q, c=cascade, i=searched: cascade_search(i, q, dfs, K, [1.0], "binary", c, n_threads=1,
+                                                            length_norm=args.length_norm), rows)
     times = interleaved_ms(systems, kept.n)
-    del index
+    del index, forward, systems
     bm25 = bench_bm25s(args.n_documents, kept.n, args.seed)[0]
+    # a probed cell ranks exactly as its doc-major twin: the same quality rows
     train = {r["cascade"]: r for r in quality_result["grids"][f"scifact:train:+{args.n_distractors}"]}
     alone = {r["cascade"]: r for r in quality_result["grids"]["scifact:train:alone"]}
+    for cell in args.probe_cells:
+        train[f"{cell}:probe"], alone[f"{cell}:probe"] = train[cell], alone[cell]
     table = []
     for name, t in times.items():
         p50 = float(np.median(t))
@@ -165,7 +184,8 @@ def speed(args, config, settings) -> None:
                       "x_bm25s": round(p50 / bm25["p50_ms"], 4), "x_exact": round(p50 / np.median(times["exact"]), 3),
                       "train_nDCG@10": train[name]["nDCG@10"], "train_alone_nDCG@10": alone[name]["nDCG@10"]})
     floor, floor_alone = train["exact"]["nDCG@10"], alone["exact"]["nDCG@10"]
-    eligible = [r for r in table if r["cascade"] != "exact" and r["train_nDCG@10"] >= floor
+    eligible = [r for r in table if r["cascade"] != "exact" and not r["cascade"].endswith(":probe")
+                and r["train_nDCG@10"] >= floor
                 and r["train_alone_nDCG@10"] >= floor_alone]
     chosen = min(eligible, key=lambda r: r["p50_ms"])["cascade"] if eligible else None
     test = {key: next(r for r in rows if r["cascade"] == chosen) | {"exact": rows[0]["nDCG@10"]}
@@ -183,7 +203,8 @@ def speed(args, config, settings) -> None:
         "script": "benchmarks/cascade.py speed", **record(config, settings), "threads": 1, "k": K,
         "n_documents": args.n_documents, "n_queries": kept.n, "bm25s_p50_ms": round(bm25["p50_ms"], 3),
         "load_average_at_start": [round(x, 2) for x in load_start],
-        "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "rows": table, "chosen": chosen,
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "forward_build_s": build_s,
+        "forward_store_gb": store_gb, "rows": table, "chosen": chosen,
         "chosen_test": test}, indent=1) + "\n")
     log(f"wrote {speed_json}")
 
@@ -200,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-documents", type=int)
     parser.add_argument("--n-queries", type=int)
     parser.add_argument("--length-norm", type=float)
+    parser.add_argument("--probe-cells", type=comma_list())
     args, config, settings = parse_args(parser, "cascade", argv)
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
     (quality if args.part == "quality" else speed)(args, config, settings)

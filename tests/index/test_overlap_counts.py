@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from index_oracle import random_encoding
 
 from uhdsearch.errors import DimensionMismatchError, UsageError
+from uhdsearch.index.forward import ForwardStore
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.index.live.segments import SegmentedIndex
 from uhdsearch.sparse import SparseEncoding
@@ -32,11 +33,32 @@ def test_counts_equal_brute_force_for_any_numbers(seed, n, dim, n_buckets, densi
     index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(n)], None, bitmap_bias=bias)
     query = random_encoding(rng, 1, dim, n_buckets, min(1.0, density * 3 + 0.1), dense_dims)
     numbers = rng.integers(0, n, n_numbers)  # unsorted, with repeats
-    assert np.array_equal(index.overlap_counts(query, numbers), brute_force_counts(docs, query, numbers, False))
     levels = SparseEncoding([sp.csr_matrix((rng.integers(1, 16, m.nnz).astype(np.float32), m.indices, m.indptr),
                                            shape=m.shape) for m in query.buckets])
-    assert np.array_equal(index.overlap_counts(levels, numbers, quantized=True),
-                          brute_force_counts(docs, levels, numbers, True))
+    for share in (None, 0.0, 0.2):  # probes alone, then doc-major rows of the dims above a share, probes for the rest
+        if share is not None:
+            index.keep_forward(share)
+        assert np.array_equal(index.overlap_counts(query, numbers), brute_force_counts(docs, query, numbers, False))
+        assert np.array_equal(index.overlap_counts(levels, numbers, quantized=True),
+                              brute_force_counts(docs, levels, numbers, True))
+
+
+@pytest.mark.parametrize("n", [1, 63, 513, 5_000])
+def test_forward_rows_are_the_transpose_of_the_bitmaps(n):
+    # 512-document transpose blocks split over two threads; n not a multiple of 64 leaves the last word short
+    rng = np.random.default_rng(n)
+    docs = random_encoding(rng, n, 90, 1, 0.3, dense_dims=20)
+    index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(n)], None, bitmap_bias=8.0)
+    store = ForwardStore.build(index.buckets[0], n, min_count=n // 10)
+    frequencies = index.document_frequencies(0)
+    bitmap = index.buckets[0].bitmap_rows >= 0
+    assert store.dims.tolist() == np.flatnonzero(bitmap & (frequencies > n // 10)).tolist()
+    assert (store.column[store.dims] == np.arange(store.dims.shape[0])).all()
+    assert (store.column[np.setdiff1d(np.arange(90), store.dims)] == -1).all()
+    bits = np.unpackbits(store.rows.view(np.uint8), axis=1, bitorder="little")[:, :store.dims.shape[0]]
+    dense = docs.buckets[0].toarray() > 0
+    assert np.array_equal(bits.astype(bool), dense[:, store.dims])
+    assert store.rows.flags.writeable is False and store.dims.shape[0] > 5
 
 
 def test_long_lists_seek_the_right_block():

@@ -41,9 +41,9 @@ def expected_among_candidates(docs, queries, dfs, k, weights, scoring, cascade, 
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 400), dim=st.integers(2, 80), n_buckets=st.integers(1, 2),
        density=st.floats(0.02, 0.3), k=st.integers(1, 30), depth=st.integers(1, 60),
        first_max_df=st.sampled_from([0.02, 0.1, 0.3, 1.0]), quantized=st.booleans(), unit_weight=st.booleans(),
-       length_norm=st.sampled_from([0.0, 0.0, 0.3, 1.0]))
+       length_norm=st.sampled_from([0.0, 0.0, 0.3, 1.0]), forward=st.booleans())
 def test_the_cascade_ranks_its_candidates_exactly(seed, n, dim, n_buckets, density, k, depth, first_max_df,
-                                                  quantized, unit_weight, length_norm):
+                                                  quantized, unit_weight, length_norm, forward):
     rng = np.random.default_rng(seed)
     docs = random_binary(rng, n, dim, n_buckets, density)
     queries = random_binary(rng, 5, dim, n_buckets, density * 2)
@@ -54,8 +54,9 @@ def test_the_cascade_ranks_its_candidates_exactly(seed, n, dim, n_buckets, densi
     weights = [1.0] * n_buckets if unit_weight else rng.uniform(-1, 2, n_buckets).round(2).tolist()
     index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(n)], None)
     dfs = [index.document_frequencies(b) for b in range(n_buckets)]
-    cascade = Cascade(first_max_df, depth)
+    cascade = Cascade(first_max_df, depth, forward)  # the second pass from doc-major rows, or by probes
     numbers, scores = cascade_search(index, queries, dfs, k, weights, scoring, cascade, length_norm=length_norm)
+    assert all((store is not None) == forward for store in index._forward.stores)
     assert numbers.shape == scores.shape == (5, min(k, n))
     for row, (want_numbers, want_scores) in enumerate(expected_among_candidates(docs, queries, dfs, k, weights,
                                                                                scoring, cascade, length_norm)):
@@ -112,6 +113,9 @@ def test_the_searcher_turns_it_on_from_100k_documents_and_refuses_what_it_cannot
     with pytest.raises(UsageError, match="'auto', 'none' or FIRST_MAX_DF:DEPTH"):
         from uhdsearch.search.cascade import parse_cascade
         parse_cascade("0.1")
+    assert parse_cascade("0.1:100:probe") == Cascade(0.1, 100, forward=False)
+    with pytest.raises(UsageError, match=r"FIRST_MAX_DF:DEPTH\[:probe\]"):
+        parse_cascade("0.1:100:fast")
 
 
 def test_the_cli_takes_a_cascade_and_names_a_bad_one(cli, saved_model_and_index):

@@ -22,10 +22,10 @@ import scipy.sparse as sp
 from uhdsearch.errors import IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
 from uhdsearch.index.base import Scoring, check_overlap_args, check_search_args
+from uhdsearch.index.forward import KeptStores, overlap_counts
 from uhdsearch.index.kernels import dispatch
 from uhdsearch.index.kernels.lengths import document_lengths, length_scales
 from uhdsearch.index.kernels.levels import check_levels
-from uhdsearch.index.kernels.probe import probe_counts
 from uhdsearch.index.kernels.validation import blocks_are_valid
 from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
 from uhdsearch.io import (atomic_directory, load_npy, now_or_in_background, prefault_all, recover_directory, save_npy,
@@ -66,6 +66,7 @@ class InvertedIndex:
         self._postings: list[Postings] | None = None
         self._lengths: list[np.ndarray | None] = [None] * len(buckets)
         self._scales: dict[float, list[tuple[np.ndarray, ...]]] = {}
+        self._forward = KeptStores(len(buckets))
 
     # ------------------------------------------------------------------ facts
     @property
@@ -333,21 +334,13 @@ class InvertedIndex:
         check_overlap_args(self, query, numbers)
         if quantized:
             check_levels(query)
-        numbers = np.asarray(numbers, np.int64)
-        order = np.argsort(numbers, kind="stable")
-        docs = np.ascontiguousarray(numbers[order])
-        counts = np.zeros((self.n_buckets, numbers.shape[0]), np.int64)
-        words = n_words(self.n_documents)
-        for b, (postings, m) in enumerate(zip(self.buckets, query.buckets)):
-            if m.nnz == 0 or docs.shape[0] == 0:
-                continue
-            sorted_counts = np.zeros(docs.shape[0], np.int64)
-            probe_counts(postings.indptr, postings.bitmap_rows, postings.bitmaps, postings.block_ptr,
-                         postings.payload_ptr, postings.blocks, postings.payload, words,
-                         np.asarray(m.indices, np.int64), np.asarray(m.data, np.float32), quantized, docs,
-                         sorted_counts)
-            counts[b, order] = sorted_counts
-        return counts
+        return overlap_counts(self.buckets, self._forward.stores, self.n_documents, query, numbers, quantized)
+
+    def keep_forward(self, max_share: float) -> None:
+        """Build (once, in memory) the doc-major rows of the dims active in more than `max_share` of the documents
+        (index/forward.py), which `overlap_counts` then reads instead of probing the bitmaps: the cascade's second
+        pass. About 4 s and 1.9 KB per document at 1M documents; the counts are the same with or without."""
+        self._forward.keep(self.buckets, self.n_documents, int(np.floor(max_share * self.n_documents)))
 
 
 class BinaryIndex(InvertedIndex):
