@@ -176,20 +176,21 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                                           out_scores, out_docs, scales[sole], class_bits[sole], class_max[sole], w0,
                                           scratch)
                 break
-            if size == k:
-                # bound the word's best total (same summation order as the scores, so rounding cannot break it)
-                bound = 0.0
-                for b in range(n_buckets):
-                    weight_b = bucket_weights[b]
-                    if weight_b <= 0.0 or qptr[b + 1] == qptr[b]:
-                        continue
-                    largest = planes_max(planes, b * chunk_words * MAX_PLANES + w, chunk_words, n_planes[b])
-                    if normed:  # rounding is monotone: no document of the word can exceed this
-                        bound += (weight_b * np.float64(largest)) * word_max[b][w0 + w]
-                    else:
-                        bound += weight_b * np.float64(largest)
-                if bound <= out_scores[0]:
+            # bound the word's best total (same summation order as the scores, so rounding cannot break it); while
+            # the heap fills, words where no document scores above 0 are skipped (a query of a few rare dims at 1M
+            # documents otherwise scored every document until its heap was full: 0.84 ms for 200 postings)
+            bound = 0.0
+            for b in range(n_buckets):
+                weight_b = bucket_weights[b]
+                if weight_b <= 0.0 or qptr[b + 1] == qptr[b]:
                     continue
+                largest = planes_max(planes, b * chunk_words * MAX_PLANES + w, chunk_words, n_planes[b])
+                if normed:  # rounding is monotone: no document of the word can exceed this
+                    bound += (weight_b * np.float64(largest)) * word_max[b][w0 + w]
+                else:
+                    bound += weight_b * np.float64(largest)
+            if bound <= (out_scores[0] if size == k else 0.0):
+                continue
             for b in range(n_buckets):
                 if qptr[b + 1] > qptr[b] and bucket_weights[b] != 0.0:
                     planes_extract(planes, b * chunk_words * MAX_PLANES + w, chunk_words, n_planes[b], counts,
