@@ -8,6 +8,7 @@ at 1M documents of the quickstart model's density) and never stored on disk; the
 """
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ class ForwardStore:
 
     @classmethod
     def build(cls, postings: CompressedPostings, n_documents: int, min_count: int,
-              n_threads: int = 2) -> ForwardStore:
+              n_threads: int | None = None) -> ForwardStore:
         """The bitmap-stored dims active in more than `min_count` documents (list dims are rare: they stay with
         the probes of kernels/probe.py)."""
         bitmap_rows = np.asarray(postings.bitmap_rows)
@@ -42,6 +43,7 @@ class ForwardStore:
         rows = np.zeros((n_documents, (dims.shape[0] + 63) // 64), np.uint64)
         words = n_words(n_documents)
         n_blocks = (words + BLOCK_WORDS - 1) // BLOCK_WORDS
+        n_threads = n_threads or min(8, os.cpu_count() or 1)
         cuts = [n_blocks * i // n_threads for i in range(n_threads + 1)]
         args = (bitmap_rows, postings.bitmaps, words, dims, n_documents)
         if dims.shape[0] and n_documents:
