@@ -109,7 +109,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         query_k: int | None = Param(None, ge=0), bucket_weights: str | None = Param(None, description="e.g. 1,0.5"),
         system: str = Param("uhd", pattern="^(uhd|bm25)$"),
         max_df: str = Param("auto", description="stop dimensions: auto, none, or a fraction in (0, 1]"),
-        cascade: str = Param("auto", description="two-pass search: auto, none (exact), or FIRST_MAX_DF:DEPTH"),
+        cascade: str = Param("auto", description="two-pass search: auto, none (exact), or FIRST_MAX_DF:DEPTH[:probe]"),
         length_norm: str = Param("auto", description="binary counts / active dims ** ALPHA: auto, none, or ALPHA"),
     ) -> dict:
         """One query: the top-k documents with title and snippet (system=bm25: the BM25 ranking)."""

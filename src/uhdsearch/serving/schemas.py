@@ -20,7 +20,7 @@ class SearchRequest(_Strict):
     query_k: int | None = Field(None, ge=0, description="top dimensions per query bucket; 0 keeps all")
     bucket_weights: list[float] | None = None
     max_df: str | float = Field("auto", description="stop dimensions: auto, none, or a fraction in (0, 1]")
-    cascade: str = Field("auto", description="two-pass search: auto, none (exact), or FIRST_MAX_DF:DEPTH")
+    cascade: str = Field("auto", description="two-pass search: auto, none (exact), or FIRST_MAX_DF:DEPTH[:probe]")
     length_norm: str | float = Field("auto", description="binary counts / active dims ** ALPHA: auto, none, or ALPHA")
     candidates: dict[str, list[str]] | None = Field(
         None, description="query_id -> doc_ids to re-rank instead of searching the whole index")
