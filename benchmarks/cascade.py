@@ -175,8 +175,9 @@ def speed(args, config, settings) -> None:
     # a probed cell ranks exactly as its doc-major twin: the same quality rows
     train = {r["cascade"]: r for r in quality_result["grids"][f"scifact:train:+{args.n_distractors}"]}
     alone = {r["cascade"]: r for r in quality_result["grids"]["scifact:train:alone"]}
-    for cell in args.probe_cells:
-        train[f"{cell}:probe"], alone[f"{cell}:probe"] = train[cell], alone[cell]
+    for cascade in probed:
+        twin = label(Cascade(cascade.first_max_df, cascade.depth))
+        train[label(cascade)], alone[label(cascade)] = train[twin], alone[twin]
     table = []
     for name, t in times.items():
         p50 = float(np.median(t))

@@ -35,8 +35,9 @@ def test_counts_equal_brute_force_for_any_numbers(seed, n, dim, n_buckets, densi
     numbers = rng.integers(0, n, n_numbers)  # unsorted, with repeats
     levels = SparseEncoding([sp.csr_matrix((rng.integers(1, 16, m.nnz).astype(np.float32), m.indices, m.indptr),
                                            shape=m.shape) for m in query.buckets])
-    for share in (None, 0.0, 0.2):  # probes alone, then doc-major rows of the dims above a share, probes for the rest
+    for share in (None, 1e-9, 0.2):  # probes alone, then doc-major rows of the dims above a share, probes for the rest
         if share is not None:
+            index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(n)], None, bitmap_bias=bias)
             index.keep_forward(share)
         assert np.array_equal(index.overlap_counts(query, numbers), brute_force_counts(docs, query, numbers, False))
         assert np.array_equal(index.overlap_counts(levels, numbers, quantized=True),
@@ -49,7 +50,7 @@ def test_forward_rows_are_the_transpose_of_the_bitmaps(n):
     rng = np.random.default_rng(n)
     docs = random_encoding(rng, n, 90, 1, 0.3, dense_dims=20)
     index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(n)], None, bitmap_bias=8.0)
-    store = ForwardStore.build(index.buckets[0], n, min_count=n // 10)
+    store = ForwardStore.build(index.buckets[0], n, min_count=n // 10, n_threads=2)
     frequencies = index.document_frequencies(0)
     bitmap = index.buckets[0].bitmap_rows >= 0
     assert store.dims.tolist() == np.flatnonzero(bitmap & (frequencies > n // 10)).tolist()
@@ -107,3 +108,28 @@ def test_bad_arguments_are_named():
     with pytest.raises(UsageError, match="integer query values"):
         index.overlap_counts(docs[:1], np.array([0]), quantized=True)
     assert index.overlap_counts(docs[:1], np.zeros(0, np.int64)).shape == (1, 0)
+
+
+def test_the_store_is_built_once_after_enough_queries_and_not_pickled():
+    import pickle
+
+    rng = np.random.default_rng(11)
+    docs = random_encoding(rng, 300, 60, 1, 0.3, dense_dims=10)
+    index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(300)], None, bitmap_bias=8.0)
+    query = random_encoding(rng, 1, 60, 1, 0.6, dense_dims=10)
+    numbers = np.arange(0, 300, 7)
+    want = brute_force_counts(docs, query, numbers, False)
+    index.keep_forward(0.2, n_queries=3, after=5)  # 3 query rows of 5: not yet
+    assert index._forward.stores == [None]
+    index.keep_forward(0.2, n_queries=3, after=5)
+    built = index._forward.stores[0]
+    assert built is not None and built.min_count == 60
+    index.keep_forward(0.01)  # never rebuilt for another share: dims it lacks are probed
+    assert index._forward.stores[0] is built
+    assert np.array_equal(index.overlap_counts(query, numbers), want)
+    copy = pickle.loads(pickle.dumps(index))  # the derived rows stay behind; counts are the same
+    assert copy._forward.stores == [None]
+    assert np.array_equal(copy.overlap_counts(query, numbers), want)
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(UsageError, match="max_share"):
+            index.keep_forward(bad)

@@ -55,6 +55,8 @@ def test_the_cascade_ranks_its_candidates_exactly(seed, n, dim, n_buckets, densi
     index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(n)], None)
     dfs = [index.document_frequencies(b) for b in range(n_buckets)]
     cascade = Cascade(first_max_df, depth, forward)  # the second pass from doc-major rows, or by probes
+    if forward:
+        index.keep_forward(first_max_df)  # as a service's warm-up does (5 query rows alone would not build it)
     numbers, scores = cascade_search(index, queries, dfs, k, weights, scoring, cascade, length_norm=length_norm)
     assert all((store is not None) == forward for store in index._forward.stores)
     assert numbers.shape == scores.shape == (5, min(k, n))
@@ -76,6 +78,24 @@ def test_with_every_dim_rare_it_is_exact_and_a_shallow_pass_is_not():
     assert np.array_equal(numbers, exact[0]) and np.array_equal(scores, exact[1])
     shallow = cascade_search(index, queries, dfs, 10, [1.0], "binary", Cascade(0.05, 10))
     assert not np.array_equal(shallow[0], exact[0])  # the cascade is not exact in general
+
+
+def test_the_doc_major_rows_are_built_after_enough_searches(monkeypatch):
+    from uhdsearch.search import cascade as module
+
+    rng = np.random.default_rng(2)
+    docs = random_binary(rng, 200, 40, 1, 0.1)
+    queries = random_binary(rng, 6, 40, 1, 0.2)
+    index = BinaryIndex.from_encoding(docs, [f"d{i}" for i in range(200)], None)
+    dfs = [index.document_frequencies(0)]
+    monkeypatch.setattr(module, "FORWARD_AFTER", 10)
+    first = cascade_search(index, queries, dfs, 5, [1.0], "binary", Cascade(0.1, 20))
+    assert index._forward.stores == [None]  # 6 query rows of 10
+    second = cascade_search(index, queries, dfs, 5, [1.0], "binary", Cascade(0.1, 20))
+    assert index._forward.stores[0] is not None and index._forward.stores[0].min_count == 20
+    third = cascade_search(index, queries, dfs, 5, [1.0], "binary", Cascade(0.1, 20))
+    assert np.array_equal(first[0], third[0]) and np.array_equal(first[1], third[1])
+    assert np.array_equal(second[0], third[0])
 
 
 def test_a_query_without_rare_dims_is_searched_exactly():

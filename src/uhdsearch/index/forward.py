@@ -3,8 +3,8 @@
 The first pass scores the query dims active in at most `min_count` documents; the second counts the rest for a
 few hundred candidates. With a ForwardStore each candidate's bits of all bitmap dims above `min_count` are one
 contiguous row (kernels/forward.py), so the second pass reads ~2 KB per candidate instead of taking a cache miss
-per candidate and dim. It is derived from the postings when first asked for (about 4 s and 1.9 KB per document
-at 1M documents of the quickstart model's density) and never stored on disk; the counts are the same either way.
+per candidate and dim. It is derived from the postings when first asked for (5-7 s on 2 cores and 1.9 KB per
+document at 1M documents of the quickstart model's density) and never stored on disk; the counts are the same either way.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class ForwardStore:
         rows = np.zeros((n_documents, (dims.shape[0] + 63) // 64), np.uint64)
         words = n_words(n_documents)
         n_blocks = (words + BLOCK_WORDS - 1) // BLOCK_WORDS
-        n_threads = n_threads or min(8, os.cpu_count() or 1)
+        n_threads = n_threads or min(8, len(os.sched_getaffinity(0)))
         cuts = [n_blocks * i // n_threads for i in range(n_threads + 1)]
         args = (bitmap_rows, postings.bitmaps, words, dims, n_documents)
         if dims.shape[0] and n_documents:
@@ -66,25 +66,32 @@ class ForwardStore:
 
 
 class KeptStores:
-    """One ForwardStore per bucket, built once under a lock (searches in other threads wait for it rather than
-    build their own). A store above a lower `min_count` holds every dim one above a higher count needs, so it is
-    kept for those; a lower count than the store's replaces it."""
+    """One ForwardStore per bucket, built once, under a lock (searches in other threads wait for it rather than
+    build their own), for the first share asked for once `after` query rows have asked. The store is never rebuilt
+    for another share: a dim it lacks is probed, so the counts never depend on it, and a client asking for a tiny
+    share cannot grow it to the whole index or stall other searches with a rebuild."""
 
     def __init__(self, n_buckets: int):
         self.stores: list[ForwardStore | None] = [None] * n_buckets
+        self.asked = 0  # query rows that asked, before the store was built
         self._lock = threading.Lock()
 
-    def _covers(self, min_count: int) -> bool:
-        return all(s is not None and s.min_count <= min_count for s in self.stores)
-
-    def keep(self, buckets: list[CompressedPostings], n_documents: int, min_count: int) -> None:
-        if self._covers(min_count):
+    def keep(self, buckets: list[CompressedPostings], n_documents: int, min_count: int, n_queries: int = 0,
+             after: int = 0) -> None:
+        if all(s is not None for s in self.stores):
             return
         with self._lock:
-            for b, postings in enumerate(buckets):
-                if self.stores[b] is None or self.stores[b].min_count > min_count:
-                    self.stores[b] = None  # the old store's memory goes before the new one is built
-                    self.stores[b] = ForwardStore.build(postings, n_documents, min_count)
+            self.asked += n_queries
+            if self.asked < after or all(s is not None for s in self.stores):
+                return
+            stores = [ForwardStore.build(postings, n_documents, min_count) for postings in buckets]
+            self.stores = stores  # one assignment: a search sees all of them or none
+
+    def __getstate__(self) -> dict:  # a pickled index (joblib, multiprocessing) leaves the derived rows behind
+        return {"n_buckets": len(self.stores)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["n_buckets"])
 
 
 def overlap_counts(buckets: list[CompressedPostings], stores: list[ForwardStore | None], n_documents: int,
@@ -101,8 +108,9 @@ def overlap_counts(buckets: list[CompressedPostings], stores: list[ForwardStore 
             continue
         sorted_counts = np.zeros(docs.shape[0], np.int64)
         qdims, qvals = np.asarray(m.indices, np.int64), np.asarray(m.data, np.float32)
-        if stores[b] is not None:
-            outside = stores[b].add_counts(qdims, qvals, quantized, docs, sorted_counts)
+        store = stores[b]
+        if store is not None:
+            outside = store.add_counts(qdims, qvals, quantized, docs, sorted_counts)
             qdims, qvals = qdims[outside], qvals[outside]
         if qdims.shape[0]:
             probe_counts(postings.indptr, postings.bitmap_rows, postings.bitmaps, postings.block_ptr,

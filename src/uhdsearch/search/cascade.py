@@ -28,15 +28,19 @@ DEPTH = 100
 # train score, and 0.1:300 is the faster since lists count into the planes (session 15, benchmarks/cascade.py)
 NORMALIZED = (0.1, 300)
 MIN_DOCUMENTS = 100_000  # "auto" turns the cascade on from here; below it a search reads little anyway
+# query rows an index answers by probing before it builds its doc-major rows: at 1M documents they save ~1 ms a
+# query and cost 5-7 s, so a one-off search never pays for them (a service builds them at warm-up)
+FORWARD_AFTER = 5_000
 
 
 @dataclass(frozen=True)
 class Cascade:
     """first_max_df: the first pass keeps query dims active in at most this fraction of the documents.
     depth: candidates the first pass hands to the second (at least k are taken).
-    forward: the second pass reads doc-major rows of the frequent dims (index.keep_forward: built in memory on the
-        first search, ~4 s and ~1.9 KB per document at 1M documents; ~10x faster at depth 300); False probes
-        the postings instead (no memory, the same counts).
+    forward: the second pass reads doc-major rows of the frequent dims (index.keep_forward: built in memory once
+        FORWARD_AFTER query rows have been searched, or at a service's warm-up; 5-7 s and ~1.9 KB per document at
+        1M documents; the second pass ~15x faster at depth 300, the whole search 3.2 -> 1.9 ms); False probes the
+        postings instead (no memory, the same counts).
 
     Example:
         >>> Cascade(0.05, 200)
@@ -137,10 +141,10 @@ def cascade_search(index, queries: SparseEncoding, document_frequencies, k: int,
     n_documents = index.n_documents
     depth = min(k, n_documents)
     rare, frequent = split_by_frequency(queries, document_frequencies, cascade.first_max_df * n_documents)
-    if cascade.forward and hasattr(index, "keep_forward"):  # a segmented index probes its parts
-        index.keep_forward(cascade.first_max_df)
     numbers, scores = index.search_encoded(rare, max(k, cascade.depth), bucket_weights, scoring, n_threads=n_threads,
                                            length_norm=length_norm)
+    if cascade.forward and hasattr(index, "keep_forward"):  # a segmented index probes its parts
+        index.keep_forward(cascade.first_max_df, queries.n, FORWARD_AFTER)
     scales = index.length_scales(length_norm) if length_norm else None
     out_numbers = np.full((queries.n, depth), -1, np.int64)
     out_scores = np.zeros((queries.n, depth))

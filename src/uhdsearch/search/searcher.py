@@ -153,6 +153,14 @@ class Searcher:
                              + named_norm + named_cascade)
         self._documents: SparseEncoding | None = None  # the index's vectors, loaded by the first rerank
 
+    def warm_up(self) -> None:
+        """Prepare what later searches would otherwise build on their way: the index's pages and document lengths
+        (index.warm_up), and the cascade's doc-major rows (index.keep_forward) when this searcher cascades."""
+        if hasattr(self.index, "warm_up"):
+            self.index.warm_up()
+        if self.cascade is not None and self.cascade.forward and hasattr(self.index, "keep_forward"):
+            self.index.keep_forward(self.cascade.first_max_df)
+
     def encode(self, queries: Sequence[Query]) -> SparseEncoding:
         """Encode query texts once, keep `query_k` dims per bucket; one warning for the queries that were cut."""
         texts = [q.text[:MAX_QUERY_CHARS] for q in queries]

@@ -41,8 +41,9 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
 
     def warm_up() -> None:
         try:
-            service.snapshot.index.warm_up()
-            service.searcher(service.snapshot, SearchOptions()).search([Query("warm-up", "warm up")], 1)
+            searcher = service.searcher(service.snapshot, SearchOptions())
+            searcher.warm_up()  # also the cascade's doc-major rows, which a default search uses
+            searcher.search([Query("warm-up", "warm up")], 1)
         except Exception:
             if not stopping.is_set():
                 raise

@@ -38,7 +38,7 @@ def transpose_rows(rows, bitmaps, words, dims, n_documents, first_block, last_bl
                     x &= x - np.uint64(1)
 
 
-MAX_WEIGHT = 15  # quantized query weights are 1..15 (levels.py)
+WEIGHT_BITS = 4  # quantized query weights are 1..15 (levels.py)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -46,26 +46,29 @@ def forward_counts(rows, column, qdims, qvals, quantized, docs, counts, outside)
     """counts[i] += the query dims in the store active in docs[i] (each its integer weight when `quantized`);
     outside[j] = query entry j has no column (the caller probes it).
 
-    rows: (n_documents, n_words) doc-major bits; column: dim -> column or -1. The query's columns become one
-    mask per weight; a full sweep of each row (sequential, vectorized) beats gathering only the query's words.
+    rows: (n_documents, n_words) doc-major bits; column: dim -> column or -1. The query's columns become one mask
+    per weight bit (a dim of weight v is in mask j for every set bit j of v: at most 4 sweeps of a row, 1 for a
+    binary query); a full sweep of each row (sequential, vectorized) beats gathering only the query's words.
     """
     n_words = rows.shape[1]
-    masks = np.zeros((MAX_WEIGHT + 1, n_words), np.uint64)
-    used = np.zeros(MAX_WEIGHT + 1, np.bool_)
+    masks = np.zeros((WEIGHT_BITS, n_words), np.uint64)
+    used = np.zeros(WEIGHT_BITS, np.bool_)
     for j in range(qdims.shape[0]):
         c = column[qdims[j]]
         outside[j] = c < 0
         if c >= 0:
             v = np.int64(qvals[j]) if quantized else 1
-            masks[v, c >> 6] |= np.uint64(1) << np.uint64(c & 63)
-            used[v] = True
-    for v in range(1, MAX_WEIGHT + 1):
-        if not used[v]:
+            for bit in range(WEIGHT_BITS):
+                if (v >> bit) & 1:
+                    masks[bit, c >> 6] |= np.uint64(1) << np.uint64(c & 63)
+                    used[bit] = True
+    for bit in range(WEIGHT_BITS):
+        if not used[bit]:
             continue
-        mask = masks[v]
+        mask = masks[bit]
         for i in range(docs.shape[0]):
             row = rows[docs[i]]
             n = np.int64(0)
             for w in range(n_words):
                 n += popcount(row[w] & mask[w])
-            counts[i] += n * v
+            counts[i] += n << bit
