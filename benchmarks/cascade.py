@@ -9,9 +9,10 @@ queries choose, test splits are scored in the same run and read only after the c
 speed: the synthetic 1M binary index (benchmarks/synthetic_binary.py) with the SciFact test queries encoded by the
 same model, one thread, k = 10, exact search and every grid cell timed interleaved query by query, bm25s on
 dictionary text of the same size in the same process. Cells read the second pass from doc-major rows (the default,
-index/forward.py; their build time and size are recorded); `probe_cells` are timed probing the postings too. Then the choice: the fastest cell whose SciFact-train nDCG@10
-is at least exact search's both with the distractors and alone (the distractors are short definitions, unlike the
-abstracts; a corpus of abstracts alone is the harder case for the first pass, whose dims are then less rare).
+index/forward.py; their build time and size are recorded); `probe_cells` are timed probing the postings too.
+Then the choice: the fastest cell whose SciFact-train nDCG@10 is at least exact search's both with the distractors
+and alone (the distractors are short definitions, unlike the abstracts; a corpus of abstracts alone is the harder
+case for the first pass, whose dims are then less rare).
 
     .venv/bin/python benchmarks/cascade.py quality    # ~15 min the first time (encodes 100k definitions)
     .venv/bin/python benchmarks/cascade.py speed      # quiet cores: the timings are the point

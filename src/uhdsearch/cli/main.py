@@ -225,8 +225,8 @@ def search(
                                 "of the documents pick DEPTH candidates, the rest are counted for those only "
                                 "(not exact); e.g. 0.1:100; 'none': exact; 'auto': on binary indexes of "
                                 "100,000 documents or more, 0.1:300 (0.1:100 with --length-norm none). The "
-                                "2nd pass builds rows in memory after 5,000 queries (~1.9 KB a document); F:DEPTH:probe "
-                                "probes the postings instead."),
+                                "2nd pass builds rows in memory after 5,000 queries (~1.9 KB a document); "
+                                "F:DEPTH:probe probes the postings instead."),
     lookup: bool = typer.Option(False, "--lookup", help="Encode queries by table lookup (MODEL/query_lookup.npz, "
                                 "built by `uhdsearch lookup`): ~0.3 ms a query, lower quality."),
     length_norm: str = typer.Option("auto", "--length-norm", help="Divide binary counts by the document's active "

@@ -4,7 +4,8 @@ The first pass scores the query dims active in at most `min_count` documents; th
 few hundred candidates. With a ForwardStore each candidate's bits of all bitmap dims above `min_count` are one
 contiguous row (kernels/forward.py), so the second pass reads ~2 KB per candidate instead of taking a cache miss
 per candidate and dim. It is derived from the postings when first asked for (5-7 s on 2 cores and 1.9 KB per
-document at 1M documents of the quickstart model's density) and never stored on disk; the counts are the same either way.
+document at 1M documents of the quickstart model's density) and never stored on disk; the counts are the same
+either way.
 """
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ Integer query weights (quantized IDF) enter the same counter as bit-planes: a di
 every set bit of v (levels.py; a binary query is the case v = 1).
 
 One algorithm per module: bits (intrinsics), heap (the top-k heap and the heap merge: the tie rule), forward and
-probe (counts of a few given documents: doc-major rows, or bit tests and block seeks),
-bitmaps (bit-sliced planes and the weighted bitmap walk), levels (the adder trees that fill the planes), lists (packed lists), comparator (sole-bucket
-candidates), ranges (the range driver and task loop), validation (load-time block check); dispatch is the host
-side (threads, query arrays).
+probe (counts of a few given documents: doc-major rows, or bit tests and block seeks), bitmaps (bit-sliced planes
+and the weighted bitmap walk), levels (the adder trees that fill the planes), lists (packed lists), comparator
+(sole-bucket candidates), ranges (the range driver and task loop), validation (load-time block check); dispatch is
+the host side (threads, query arrays).
 """
