@@ -8,9 +8,13 @@ those with a judged relevant document in the sample, judged against the sample o
 Table variants are compared on SciFact *train* queries (`choose_on`); the best by binary nDCG@10 is scored once on
 every collection's test queries beside the full query encoder.
 
-    .venv/bin/python benchmarks/lookup_queries.py
+`--sentence-tables` adds tables learned in query-like contexts: the indexed documents split into sentences (of at
+least 4 words), each encoded as a query, the "winners" summary over those occurrences ("sentences-winners-K").
 
-Prints tables and writes benchmarks/results/lookup_queries.json. Settings: benchmarks/configs/lookup_queries.toml.
+    .venv/bin/python benchmarks/lookup_queries.py [--sentence-tables]
+
+Prints tables and writes benchmarks/results/lookup_queries.json (lookup_queries_sentences.json with
+--sentence-tables). Settings: benchmarks/configs/lookup_queries.toml.
 """
 from __future__ import annotations
 
@@ -71,7 +75,7 @@ class StatesCollection(Collection):
     """stop_dims.Collection over documents and queries encoded from cached backbone states; `n_docs`: a seeded
     sample of the corpus (None: all of it), which the qrels and queries are then restricted to."""
 
-    def __init__(self, model, data_dir: Path, n_docs: int | None, seed: int):
+    def __init__(self, model, data_dir: Path, n_docs: int | None, seed: int, sentence_tables: bool = False):
         from uhdsearch.evaluation.datasets import load_corpus
         from uhdsearch.index.inverted import WeightedIndex
 
@@ -89,6 +93,21 @@ class StatesCollection(Collection):
         self.queries = model.encode_states(query_states, "query", show_progress=False)
         self.row_of = {q: i for i, q in enumerate(query_ids)}
         self.n_docs = doc_states.n
+        self.sentence_table = self._sentence_table(model, data_dir) if sentence_tables else None
+
+    def _sentence_table(self, model, data_dir: Path) -> CorpusTable:
+        from uhdsearch.evaluation.datasets import load_corpus
+
+        corpus = load_corpus(data_dir / "corpus.jsonl")
+        sentences = [s for d in self.doc_ids for s in re.split(r"(?<=[.!?])\s+", corpus[d].full_text)
+                     if len(s.split()) >= 4]
+        t0 = time.perf_counter()
+        states = model.token_states(sentences, "query", batch_size=64, show_progress=False)
+        ids = model.backbone.tokenizer(sentences, truncation=True, max_length=model.config.query_max_length)
+        table = CorpusTable.from_states(model, states, np.concatenate([np.asarray(x, np.int64)
+                                                                       for x in ids["input_ids"]]))
+        log(f"{data_dir.name}: {len(sentences)} sentences and their table in {time.perf_counter() - t0:.0f} s")
+        return table
 
     def split(self, split: str):
         """Queries with a judged relevant document among the indexed ones; qrels of those documents only."""
@@ -115,6 +134,11 @@ def variants(model, collection: StatesCollection, keeps: list[int], query_tokens
                 if only in (None, name):
                     out[name] = LookupEncoder(collection.table.tables(summary, keep, fallback=alone), tokenizer,
                                               model.config, digest, specials=specials)
+    for keep in keeps if collection.sentence_table is not None else []:
+        name = f"sentences-winners-{keep}"
+        if only in (None, name):
+            out[name] = LookupEncoder(collection.sentence_table.tables("winners", keep, fallback=alone), tokenizer,
+                                      model.config, digest)
     return out if only is None else {only: out[only]}
 
 
@@ -154,13 +178,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--collections", type=comma_list())
     parser.add_argument("--n-timed", type=int)
     parser.add_argument("--test-once", action=argparse.BooleanOptionalAction)
+    parser.add_argument("--sentence-tables", action=argparse.BooleanOptionalAction)
     args, config, settings = parse_args(parser, "lookup_queries", argv)
     start = time.time()
     torch.set_num_threads(args.threads)
     model = load_model(args.model, args.data_root, args.seed)
     choose_collection, choose_split = args.choose_on.split(":")
-    collections = {name: StatesCollection(model, ROOT / args.data_root / name, args.corpus_docs.get(name), args.seed)
-                   for name in args.collections}
+    collections = {name: StatesCollection(model, ROOT / args.data_root / name, args.corpus_docs.get(name), args.seed,
+                                          args.sentence_tables) for name in args.collections}
     dev = collections[choose_collection]
     candidates = variants(model, dev, args.keeps, query_tokens(model, dev, choose_split))
     dev_rows = score_split(model, dev, choose_split, candidates, [1.0])
@@ -190,8 +215,9 @@ def main(argv: list[str] | None = None) -> None:
         result["table_entries"] = int(sum(t.nnz for t in lookup.tables))
         print(f"lookup encode p50: {result['lookup_encode_p50_ms']:.3f} ms per query (one at a time)")
     result["wall_s"] = round(time.time() - start, 1)
-    OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")
-    log(f"wrote {OUT_JSON}")
+    out = OUT_JSON.with_name("lookup_queries_sentences.json") if args.sentence_tables else OUT_JSON
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {out}")
 
 
 if __name__ == "__main__":
