@@ -43,7 +43,27 @@ def test_lookup_then_search_with_it(built, scifact_mini_dir, cli):
     assert cut == format_run(Searcher(table, index).search({"q1": QUERY}, k=5)) and cut != out
 
 
-@pytest.mark.parametrize("extra, words", [(["--summary", "best"], "--summary 'best'"), (["--keep", "0"], "--keep 0")])
+def test_sentence_contexts_differ_from_document_contexts(built, scifact_mini_dir, cli):
+    from uhdsearch.encoder.lookup_corpus import CorpusTable, split_sentences
+    from uhdsearch.evaluation.datasets import load_corpus
+
+    root, model, _ = built
+    tables = {}
+    for contexts in ("documents", "sentences"):
+        code, out, err = cli(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir),
+                              "--keep", "8", "--documents", "20", "--contexts", contexts])
+        assert code == 0 and f"documents' {contexts}" in out, err
+        tables[contexts] = LookupEncoder.load(root / "model", model).tables[0]
+    texts = [d.full_text for d in list(load_corpus(scifact_mini_dir / "corpus.jsonl").values())[:20]]
+    want = CorpusTable.from_sentences(model, texts, show_progress=False).tables("winners", 8)[0]
+    assert (tables["sentences"] != want).nnz == 0  # the CLI's table is the sentence table of the same texts
+    assert (tables["sentences"] != tables["documents"]).nnz > 0
+    sentences = split_sentences(texts)
+    assert len(sentences) > 3 * len(texts) and all(len(s.split()) >= 4 for s in sentences)
+
+
+@pytest.mark.parametrize("extra, words", [(["--summary", "best"], "--summary 'best'"), (["--keep", "0"], "--keep 0"),
+                                          (["--contexts", "paragraphs"], "--contexts 'paragraphs'")])
 def test_lookup_refuses_bad_options(built, scifact_mini_dir, extra, words, cli):
     root, _, _ = built
     code, out, err = cli(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir), *extra])

@@ -14,7 +14,10 @@ def lookup(
     data: Path = typer.Option(..., "--data", help="BEIR-layout directory whose corpus.jsonl teaches the rows."),
     summary: str = typer.Option("winners", "--summary", help="winners (a token's mean WTA output over its "
                                 "occurrences) or mean-state (the winners of its mean state)."),
-    keep: int = typer.Option(40, "--keep", help="Dims kept per token row (chosen on SciFact train: 40)."),
+    keep: int = typer.Option(20, "--keep", help="Dims kept per token row (chosen on SciFact train: 20)."),
+    contexts: str = typer.Option("sentences", "--contexts", help="sentences (the corpus split into sentences, "
+                                 "each encoded as a query; chosen on SciFact train) or documents (whole "
+                                 "documents, as indexed)."),
     documents: int = typer.Option(0, "--documents", help="Learn from the first N documents only (0: all)."),
     context_free: bool = typer.Option(False, "--context-free", help="Give tokens the corpus lacks their "
                                       "context-free row ([CLS] token [SEP]; a pass over the vocabulary, minutes)."),
@@ -27,15 +30,18 @@ def lookup(
 
     if summary not in SUMMARIES:
         raise UsageError(f"--summary {summary!r}; choose one of {', '.join(SUMMARIES)}")
+    if contexts not in ("sentences", "documents"):
+        raise UsageError(f"--contexts {contexts!r}; choose sentences or documents")
     if keep < 1 or documents < 0:
         raise UsageError(f"--keep {keep} must be >= 1 and --documents {documents} >= 0")
     encoder = UHDEncoder.from_pretrained(model)
     corpus = list(load_corpus(data / "corpus.jsonl").values())
     texts = [d.full_text for d in (corpus[:documents] if documents else corpus)]
-    table = CorpusTable.from_texts(encoder, texts)
+    table = (CorpusTable.from_sentences if contexts == "sentences" else CorpusTable.from_texts)(encoder, texts)
     fallback = build_table(encoder) if context_free else None
     lookup_encoder = LookupEncoder(table.tables(summary, keep, fallback=fallback), encoder.backbone.tokenizer,
                                    encoder.config, encoder.digest())
     path = lookup_encoder.save(model)
     seen = int((table.occurrences > 0).sum())
-    typer.echo(f"wrote {path}: {seen:,} tokens learned from {len(texts):,} documents ({summary}, {keep} dims a row)")
+    typer.echo(f"wrote {path}: {seen:,} tokens learned from {len(texts):,} documents' {contexts} ({summary}, {keep} "
+               "dims a row)")
