@@ -99,14 +99,9 @@ class StatesCollection(Collection):
         from uhdsearch.evaluation.datasets import load_corpus
 
         corpus = load_corpus(data_dir / "corpus.jsonl")
-        sentences = [s for d in self.doc_ids for s in re.split(r"(?<=[.!?])\s+", corpus[d].full_text)
-                     if len(s.split()) >= 4]
         t0 = time.perf_counter()
-        states = model.token_states(sentences, "query", batch_size=64, show_progress=False)
-        ids = model.backbone.tokenizer(sentences, truncation=True, max_length=model.config.query_max_length)
-        table = CorpusTable.from_states(model, states, np.concatenate([np.asarray(x, np.int64)
-                                                                       for x in ids["input_ids"]]))
-        log(f"{data_dir.name}: {len(sentences)} sentences and their table in {time.perf_counter() - t0:.0f} s")
+        table = CorpusTable.from_sentences(model, [corpus[d].full_text for d in self.doc_ids], show_progress=False)
+        log(f"{data_dir.name}: sentences and their table in {time.perf_counter() - t0:.0f} s")
         return table
 
     def split(self, split: str):
