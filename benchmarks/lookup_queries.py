@@ -9,7 +9,9 @@ Table variants are compared on SciFact *train* queries (`choose_on`); the best b
 every collection's test queries beside the full query encoder.
 
 `--sentence-tables` adds tables learned in query-like contexts: the indexed documents split into sentences (of at
-least 4 words), each encoded as a query, the "winners" summary over those occurrences ("sentences-winners-K").
+least 4 words), each encoded as a query, the "winners" summary over those occurrences ("sentences-winners-K"), and
+rows of (token, left / right neighbour) pairs over the same sentences ("sentences-neighbours-K",
+encoder/lookup_neighbours.py).
 
     .venv/bin/python benchmarks/lookup_queries.py [--sentence-tables]
 
@@ -100,7 +102,8 @@ class StatesCollection(Collection):
 
         corpus = load_corpus(data_dir / "corpus.jsonl")
         t0 = time.perf_counter()
-        table = CorpusTable.from_sentences(model, [corpus[d].full_text for d in self.doc_ids], show_progress=False)
+        table = CorpusTable.from_sentences(model, [corpus[d].full_text for d in self.doc_ids], show_progress=False,
+                                           neighbours=True)
         log(f"{data_dir.name}: sentences and their table in {time.perf_counter() - t0:.0f} s")
         return table
 
@@ -130,10 +133,13 @@ def variants(model, collection: StatesCollection, keeps: list[int], query_tokens
                     out[name] = LookupEncoder(collection.table.tables(summary, keep, fallback=alone), tokenizer,
                                               model.config, digest, specials=specials)
     for keep in keeps if collection.sentence_table is not None else []:
-        name = f"sentences-winners-{keep}"
-        if only in (None, name):
-            out[name] = LookupEncoder(collection.sentence_table.tables("winners", keep, fallback=alone), tokenizer,
-                                      model.config, digest)
+        unigrams = collection.sentence_table.tables("winners", keep, fallback=alone)
+        if only in (None, f"sentences-winners-{keep}"):
+            out[f"sentences-winners-{keep}"] = LookupEncoder(unigrams, tokenizer, model.config, digest)
+        if only in (None, f"sentences-neighbours-{keep}"):
+            out[f"sentences-neighbours-{keep}"] = LookupEncoder(
+                unigrams, tokenizer, model.config, digest, neighbours=collection.sentence_table.neighbours.rows(keep),
+                keep=keep)
     return out if only is None else {only: out[only]}
 
 

@@ -53,7 +53,10 @@ def test_sentence_contexts_differ_from_document_contexts(built, scifact_mini_dir
         code, out, err = cli(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir),
                               "--keep", "8", "--documents", "20", "--contexts", contexts])
         assert code == 0 and f"documents' {contexts}" in out, err
-        tables[contexts] = LookupEncoder.load(root / "model", model).tables[0]
+        assert ("neighbour pairs" in out) == (contexts == "sentences")  # pair rows by default with sentences
+        loaded = LookupEncoder.load(root / "model", model)
+        assert (loaded.neighbours is not None) == (contexts == "sentences")
+        tables[contexts] = loaded.tables[0]
     texts = [d.full_text for d in list(load_corpus(scifact_mini_dir / "corpus.jsonl").values())[:20]]
     want = CorpusTable.from_sentences(model, texts, show_progress=False).tables("winners", 8)[0]
     assert (tables["sentences"] != want).nnz == 0  # the CLI's table is the sentence table of the same texts
@@ -63,7 +66,8 @@ def test_sentence_contexts_differ_from_document_contexts(built, scifact_mini_dir
 
 
 @pytest.mark.parametrize("extra, words", [(["--summary", "best"], "--summary 'best'"), (["--keep", "0"], "--keep 0"),
-                                          (["--contexts", "paragraphs"], "--contexts 'paragraphs'")])
+                                          (["--contexts", "paragraphs"], "--contexts 'paragraphs'"),
+                                          (["--contexts", "documents", "--neighbours"], "--neighbours learns")])
 def test_lookup_refuses_bad_options(built, scifact_mini_dir, extra, words, cli):
     root, _, _ = built
     code, out, err = cli(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir), *extra])

@@ -3,6 +3,7 @@ save it beside the model, so `uhdsearch search --lookup` encodes queries by a to
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -18,6 +19,9 @@ def lookup(
     contexts: str = typer.Option("sentences", "--contexts", help="sentences (the corpus split into sentences, "
                                  "each encoded as a query; chosen on SciFact train) or documents (whole "
                                  "documents, as indexed)."),
+    neighbours: Optional[bool] = typer.Option(None, "--neighbours/--no-neighbours", help="Also rows of (token, "
+                                              "left / right neighbour) pairs, so a query token's row depends on its "
+                                              "neighbours (default: with sentences; chosen on SciFact train)."),
     documents: int = typer.Option(0, "--documents", help="Learn from the first N documents only (0: all)."),
     context_free: bool = typer.Option(False, "--context-free", help="Give tokens the corpus lacks their "
                                       "context-free row ([CLS] token [SEP]; a pass over the vocabulary, minutes)."),
@@ -32,16 +36,24 @@ def lookup(
         raise UsageError(f"--summary {summary!r}; choose one of {', '.join(SUMMARIES)}")
     if contexts not in ("sentences", "documents"):
         raise UsageError(f"--contexts {contexts!r}; choose sentences or documents")
+    if neighbours is None:
+        neighbours = contexts == "sentences"
+    if neighbours and contexts != "sentences":
+        raise UsageError("--neighbours learns from sentences: give --contexts sentences, or --no-neighbours")
     if keep < 1 or documents < 0:
         raise UsageError(f"--keep {keep} must be >= 1 and --documents {documents} >= 0")
     encoder = UHDEncoder.from_pretrained(model)
     corpus = list(load_corpus(data / "corpus.jsonl").values())
     texts = [d.full_text for d in (corpus[:documents] if documents else corpus)]
-    table = (CorpusTable.from_sentences if contexts == "sentences" else CorpusTable.from_texts)(encoder, texts)
+    table = CorpusTable.from_sentences(encoder, texts, neighbours=neighbours) if contexts == "sentences" else \
+        CorpusTable.from_texts(encoder, texts)
     fallback = build_table(encoder) if context_free else None
     lookup_encoder = LookupEncoder(table.tables(summary, keep, fallback=fallback), encoder.backbone.tokenizer,
-                                   encoder.config, encoder.digest())
+                                   encoder.config, encoder.digest(),
+                                   neighbours=table.neighbours.rows(keep) if neighbours else None,
+                                   keep=keep if neighbours else None)
     path = lookup_encoder.save(model)
     seen = int((table.occurrences > 0).sum())
-    typer.echo(f"wrote {path}: {seen:,} tokens learned from {len(texts):,} documents' {contexts} ({summary}, {keep} "
-               "dims a row)")
+    pairs = sum(r.left_keys.shape[0] + r.right_keys.shape[0] for r in lookup_encoder.neighbours or [])
+    typer.echo(f"wrote {path}: {seen:,} tokens" + (f" and {pairs:,} neighbour pairs" if neighbours else "")
+               + f" learned from {len(texts):,} documents' {contexts} ({summary}, {keep} dims a row)")

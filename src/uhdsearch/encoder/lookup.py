@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from uhdsearch.encoder.lookup_neighbours import NeighbourRows, keep_largest
 from uhdsearch.errors import ModelFormatError, UsageError
 from uhdsearch.sparse import SparseEncoding
 
@@ -62,8 +63,15 @@ class LookupEncoder:
         0
     """
 
-    def __init__(self, tables: list[sp.csr_matrix], tokenizer, config, digest: str, specials: bool = False) -> None:
-        """specials: queries include [CLS] and [SEP] (tables learned from a corpus have rows for them)."""
+    def __init__(self, tables: list[sp.csr_matrix], tokenizer, config, digest: str, specials: bool = False,
+                 neighbours: list[NeighbourRows] | None = None, keep: int | None = None) -> None:
+        """specials: queries include [CLS] and [SEP] (tables learned from a corpus have rows for them).
+        neighbours: per bucket, rows of (token, neighbour) pairs (lookup_neighbours.py): a query token then gets
+        the sum of its pairs' rows, cut to its `keep` largest dims, and its `tables` row only where neither pair
+        was seen."""
+        if neighbours is not None and (specials or not keep or len(neighbours) != len(tables)):
+            raise UsageError("neighbour rows need one set per bucket, a positive keep and no [CLS]/[SEP] rows")
+        self.neighbours, self.keep = neighbours, keep
         self.tables = [t.tocsr() for t in tables]
         self.tokenizer = tokenizer
         self.config = config
@@ -72,6 +80,7 @@ class LookupEncoder:
         kept = {tokenizer.cls_token_id, tokenizer.sep_token_id} if specials else set()
         dropped = set(tokenizer.all_special_ids) - kept
         self._special = np.array(sorted(dropped), np.int64)
+        self._all_special = np.array(sorted(tokenizer.all_special_ids), np.int64)
 
     @classmethod
     def from_model(cls, model, batch_size: int = 1024, token_ids=None) -> LookupEncoder:
@@ -88,6 +97,11 @@ class LookupEncoder:
         arrays = {"digest": np.array(self._digest), "specials": np.array(self.specials)}
         for b, t in enumerate(self.tables):
             arrays.update({f"b{b}_data": t.data, f"b{b}_indices": t.indices, f"b{b}_indptr": t.indptr})
+        for b, rows in enumerate(self.neighbours or []):
+            arrays["keep"] = np.array(self.keep)
+            for side, keys, matrix in (("nl", rows.left_keys, rows.left), ("nr", rows.right_keys, rows.right)):
+                arrays.update({f"b{b}_{side}_keys": keys, f"b{b}_{side}_data": matrix.data,
+                               f"b{b}_{side}_indices": matrix.indices, f"b{b}_{side}_indptr": matrix.indptr})
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, **arrays)
         os.replace(tmp, path)
@@ -107,22 +121,45 @@ class LookupEncoder:
                 tables = [sp.csr_matrix((z[f"b{b}_data"], z[f"b{b}_indices"], z[f"b{b}_indptr"]),
                                         shape=(z[f"b{b}_indptr"].shape[0] - 1, model.config.dim))
                           for b in range(model.config.n_buckets)]
+                neighbours, keep = None, None
+                if "b0_nl_keys" in z.files:
+                    keep = int(z["keep"])
+                    vocab = len(model.backbone.tokenizer)
+                    neighbours = [NeighbourRows(vocab, *[x for side in ("nl", "nr") for x in (
+                        z[f"b{b}_{side}_keys"], sp.csr_matrix(
+                            (z[f"b{b}_{side}_data"], z[f"b{b}_{side}_indices"], z[f"b{b}_{side}_indptr"]),
+                            shape=(z[f"b{b}_{side}_indptr"].shape[0] - 1, model.config.dim)))])
+                        for b in range(model.config.n_buckets)]
         except (KeyError, ValueError) as exc:
             raise ModelFormatError(f"{path} is not a valid lookup table: {exc}") from exc
         if digest != model.digest():
             raise ModelFormatError(f"{path} was built for model {digest}, not {model.digest()}; rebuild it")
-        return cls(tables, model.backbone.tokenizer, model.config, digest, specials)
+        return cls(tables, model.backbone.tokenizer, model.config, digest, specials, neighbours, keep)
 
     def encode(self, texts, kind: str = "query", **_) -> SparseEncoding:
         """Max-pool of the table rows of each text's tokens (special tokens left out); queries only."""
         if kind != "query":
             raise UsageError("a lookup encoder encodes queries only; encode documents with the full model")
-        encoded = self.tokenizer(list(texts), add_special_tokens=self.specials, truncation=True,
-                                 max_length=self.config.query_max_length, return_overflowing_tokens=False)
-        ids = [np.setdiff1d(np.asarray(x, np.int64), self._special) for x in encoded["input_ids"]]
+        encoded = self.tokenizer(list(texts), add_special_tokens=self.specials or self.neighbours is not None,
+                                 truncation=True, max_length=self.config.query_max_length,
+                                 return_overflowing_tokens=False)
         truncated = np.array([bool(e.overflowing) for e in encoded.encodings], dtype=bool) \
-            if encoded.encodings is not None else np.zeros(len(ids), bool)
+            if encoded.encodings is not None else np.zeros(len(encoded["input_ids"]), bool)
+        if self.neighbours is not None:
+            return SparseEncoding(self._pool_with_neighbours(encoded["input_ids"]), truncated)
+        ids = [np.setdiff1d(np.asarray(x, np.int64), self._special) for x in encoded["input_ids"]]
         return SparseEncoding([_max_pool(t, ids) for t in self.tables], truncated)
+
+    def _pool_with_neighbours(self, input_ids) -> list[sp.csr_matrix]:
+        """Per bucket, the max-pool over each text's tokens of their neighbour rows ([CLS] and [SEP] only as
+        neighbours: the texts are tokenized with them, as the sentences the rows were learned from)."""
+        ids = np.concatenate([np.asarray(x, np.int64) for x in input_ids])
+        ends = np.cumsum([len(x) for x in input_ids])
+        positions = np.flatnonzero(~np.isin(ids, self._all_special))
+        owner = np.searchsorted(ends, positions, side="right")  # the text of each position
+        per_text = [np.flatnonzero(owner == i) for i in range(len(input_ids))]
+        return [_max_pool(keep_largest(rows.token_rows(ids, positions, table), self.keep), per_text)
+                for rows, table in zip(self.neighbours, self.tables)]
 
 
 def _max_pool(table: sp.csr_matrix, ids: list[np.ndarray]) -> sp.csr_matrix:

@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from uhdsearch.encoder.lookup_neighbours import NeighbourTable, keep_largest
 from uhdsearch.encoder.pooling import l2_normalize
 from uhdsearch.errors import UsageError
 
@@ -53,6 +54,7 @@ class CorpusTable:
                                            for _ in model.layers]
         self._states = [torch.zeros(self.vocab, model.backbone.hidden_size, dtype=torch.float64) for _ in model.layers]
         self._pending: list[list[sp.coo_matrix]] = [[] for _ in model.layers]
+        self.neighbours: NeighbourTable | None = None  # pair rows, when learned (lookup_neighbours.py)
 
     def add(self, token_ids: np.ndarray, states: Sequence[torch.Tensor], winners: Sequence[tuple]) -> None:
         """One batch of tokens: their vocabulary ids, per bucket their states and (values, dims) winners."""
@@ -75,12 +77,15 @@ class CorpusTable:
 
     @classmethod
     def from_states(cls, model, states, token_ids: np.ndarray, rows: Sequence[int] | None = None,
-                    batch_size: int = 64) -> CorpusTable:
+                    batch_size: int = 64, neighbours: bool = False) -> CorpusTable:
         """Run the WTA heads over cached token states (encoder/states.py) of `rows` (None: all texts).
 
         token_ids: (n_tokens,) the vocabulary id of every token of `states`, in its packing order.
+        neighbours: also learn the rows of (token, left / right neighbour) pairs (`.neighbours`).
         """
         table = cls(model)
+        if neighbours:
+            table.neighbours = NeighbourTable(table.vocab, model.config.dim, len(model.layers))
         rows = list(range(states.n)) if rows is None else list(rows)
         dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
         with torch.inference_mode():
@@ -91,6 +96,11 @@ class CorpusTable:
                 winners = [model.buckets.wta[str(layer)](t, model.config.wta_k, dtype)
                            for layer, t in zip(model.layers, tokens)]
                 table.add(ids, tokens, winners)
+                if table.neighbours is not None:  # a text's first token has no left neighbour, its last no right
+                    texts = [token_ids[states.offsets[r]:states.offsets[r + 1]] for r in batch]
+                    left = np.concatenate([np.r_[-1, t[:-1]] for t in texts])
+                    right = np.concatenate([np.r_[t[1:], -1] for t in texts])
+                    table.neighbours.add(ids, left, right, winners)
         return table
 
     @classmethod
@@ -107,7 +117,8 @@ class CorpusTable:
         return cls.from_states(model, states, token_ids)
 
     @classmethod
-    def from_sentences(cls, model, texts: Sequence[str], show_progress: bool = True) -> CorpusTable:
+    def from_sentences(cls, model, texts: Sequence[str], show_progress: bool = True,
+                       neighbours: bool = False) -> CorpusTable:
         """Split `texts` into sentences (of at least MIN_SENTENCE_WORDS words), encode each *as a query* and learn
         the table from their tokens: query-like contexts, which on SciFact train beat whole documents' (0.7100
         against 0.6869 binary nDCG@10, benchmarks/lookup_queries.py --sentence-tables).
@@ -121,7 +132,8 @@ class CorpusTable:
             raise UsageError(f"no sentence of at least {MIN_SENTENCE_WORDS} words in the {len(texts)} texts")
         states = model.token_states(sentences, "query", show_progress=show_progress)
         ids = model.backbone.tokenizer(sentences, truncation=True, max_length=model.config.query_max_length)
-        return cls.from_states(model, states, np.concatenate([np.asarray(x, np.int64) for x in ids["input_ids"]]))
+        return cls.from_states(model, states, np.concatenate([np.asarray(x, np.int64) for x in ids["input_ids"]]),
+                               neighbours=neighbours)
 
     def tables(self, summary: str = "winners", keep: int | None = None,
                fallback: Sequence[sp.csr_matrix] | None = None) -> list[sp.csr_matrix]:
@@ -134,7 +146,7 @@ class CorpusTable:
         for b, layer in enumerate(self.model.layers):
             if summary == "winners":
                 self._flush(b)
-                table = _keep_largest(self._sums[b], keep)
+                table = keep_largest(self._sums[b], keep)
             else:
                 table = self._mean_state_rows(b, layer, seen, keep)
             if fallback is not None:
@@ -154,22 +166,3 @@ class CorpusTable:
         k = dims.shape[1]
         return sp.csr_matrix((values.reshape(-1).numpy(), (np.repeat(ids, k), dims.reshape(-1).numpy())),
                              shape=(self.vocab, self.model.config.dim))
-
-
-def _keep_largest(sums: sp.csr_matrix, keep: int) -> sp.csr_matrix:
-    """Each row's `keep` largest positive entries, L2-normalized (a row's scale does not matter: max-pool of rows
-    of one query, then binary or normalized scoring)."""
-    sums = sums.tocsr()
-    sums.data[sums.data < 0] = 0
-    sums.eliminate_zeros()
-    rows, cols, vals = [], [], []
-    for r in np.flatnonzero(np.diff(sums.indptr)):
-        lo, hi = sums.indptr[r], sums.indptr[r + 1]
-        data = sums.data[lo:hi]
-        top = np.argsort(-data, kind="stable")[:keep]  # equal sums: the lower dim first (indices are sorted)
-        rows.append(np.full(top.shape[0], r))
-        cols.append(sums.indices[lo:hi][top])
-        vals.append(data[top] / np.linalg.norm(data[top]))
-    if not rows:
-        return sp.csr_matrix(sums.shape, dtype=np.float32)
-    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=sums.shape)

@@ -1,0 +1,119 @@
+"""Inference-free query rows that see one neighbour: a token's row learned from its occurrences *next to the same
+token* (its left neighbour, and separately its right one) in the corpus's sentences encoded as queries.
+
+A unigram row (lookup_corpus.CorpusTable) averages a token over every context; the full encoder gives it the
+context of its query. One neighbour recovers part of that: on SciFact train, rows of (token, left) and (token,
+right) pairs, summed, with the unigram row where the corpus never saw either pair, took the sentence table from
+0.7072 to 0.7457 binary nDCG@10 (full encoder 0.8969; benchmarks/lookup_queries.py --sentence-tables).
+
+Pairs are keyed `token * (vocab + 1) + neighbour + 1` in sorted int64 arrays, each with its row of a CSR matrix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def keep_largest(sums: sp.csr_matrix, keep: int) -> sp.csr_matrix:
+    """Each row's `keep` largest positive entries, L2-normalized (a row's scale does not matter: max-pool of rows
+    of one query, then binary or normalized scoring)."""
+    sums = sums.tocsr()
+    sums.sort_indices()  # the tie rule below reads the lower dim first
+    sums.data[sums.data < 0] = 0
+    sums.eliminate_zeros()
+    rows, cols, vals = [], [], []
+    for r in np.flatnonzero(np.diff(sums.indptr)):
+        lo, hi = sums.indptr[r], sums.indptr[r + 1]
+        data = sums.data[lo:hi]
+        top = np.argsort(-data, kind="stable")[:keep]  # equal sums: the lower dim first (indices are sorted)
+        rows.append(np.full(top.shape[0], r))
+        cols.append(sums.indices[lo:hi][top])
+        vals.append(data[top] / np.linalg.norm(data[top]))
+    if not rows:
+        return sp.csr_matrix(sums.shape, dtype=np.float32)
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=sums.shape)
+
+
+def pair_keys(tokens: np.ndarray, neighbours: np.ndarray, vocab: int) -> np.ndarray:
+    return np.asarray(tokens, np.int64) * (vocab + 1) + np.asarray(neighbours, np.int64) + 1
+
+
+@dataclass(frozen=True)
+class NeighbourRows:
+    """One bucket's rows of (token, left neighbour) and (token, right neighbour) pairs, L2-normalized."""
+
+    vocab: int
+    left_keys: np.ndarray
+    left: sp.csr_matrix
+    right_keys: np.ndarray
+    right: sp.csr_matrix
+
+    def token_rows(self, ids: np.ndarray, positions: np.ndarray, fallback: sp.csr_matrix) -> sp.csr_matrix:
+        """(len(positions), dim) CSR: per position p of the token sequence `ids`, the sum of its left and right
+        pair rows that exist, or `fallback`'s row of the token where neither does."""
+        tokens = ids[positions]
+        parts, owners = [], []
+        for keys, rows, neighbours in ((self.left_keys, self.left, ids[positions - 1]),
+                                       (self.right_keys, self.right, ids[positions + 1])):
+            wanted = pair_keys(tokens, neighbours, self.vocab)
+            if keys.shape[0] == 0:
+                continue
+            at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
+            found = keys[at] == wanted
+            parts.append(rows[at[found]])
+            owners.append(np.flatnonzero(found))
+        seen = np.zeros(len(positions), bool)
+        for o in owners:
+            seen[o] = True
+        parts.append(fallback[tokens[~seen]])
+        owners.append(np.flatnonzero(~seen))
+        owner = np.concatenate(owners)
+        stacked = sp.vstack(parts, format="csr")
+        gather = sp.csr_matrix((np.ones(owner.shape[0], np.float32), (owner, np.arange(owner.shape[0]))),
+                               shape=(len(positions), owner.shape[0]))
+        return (gather @ stacked).tocsr()
+
+
+class NeighbourTable:
+    """Accumulates, per bucket, the winners of every (token, neighbour) pair; `rows(keep)` summarises them."""
+
+    def __init__(self, vocab: int, dim: int, n_buckets: int) -> None:
+        self.vocab, self.dim = vocab, dim
+        # per bucket and side (left, right): (pair key * dim + winner dim) and summed value, merged in groups
+        self._merged = [[(np.zeros(0, np.int64), np.zeros(0)) for _ in range(2)] for _ in range(n_buckets)]
+        self._pending: list[list[list]] = [[[], []] for _ in range(n_buckets)]
+
+    def add(self, token_ids: np.ndarray, left: np.ndarray, right: np.ndarray, winners) -> None:
+        """One batch of tokens: their ids, their left and right neighbours' ids, per bucket (values, dims)."""
+        for b, (values, dims) in enumerate(winners):
+            k = dims.shape[1]
+            entries = dims.reshape(-1).numpy().astype(np.int64)
+            data = values.float().clamp_min(0).reshape(-1).numpy().astype(np.float64)
+            for side, neighbours in enumerate((left, right)):
+                keys = np.repeat(pair_keys(token_ids, neighbours, self.vocab), k) * self.dim + entries
+                self._pending[b][side].append((keys, data))
+                if len(self._pending[b][side]) >= 16:
+                    self._merge(b, side)
+
+    def _merge(self, b: int, side: int) -> None:
+        keys = np.concatenate([self._merged[b][side][0]] + [k for k, _ in self._pending[b][side]])
+        data = np.concatenate([self._merged[b][side][1]] + [d for _, d in self._pending[b][side]])
+        unique, inverse = np.unique(keys, return_inverse=True)
+        self._merged[b][side] = (unique, np.bincount(inverse, weights=data))
+        self._pending[b][side] = []
+
+    def rows(self, keep: int) -> list[NeighbourRows]:
+        """Per bucket, each pair's `keep` largest summed winners, L2-normalized (ties: the lower dim first)."""
+        out = []
+        for b in range(len(self._merged)):
+            sides = []
+            for side in range(2):
+                self._merge(b, side)
+                combined, sums = self._merged[b][side]
+                keys, row = np.unique(combined // self.dim, return_inverse=True)
+                sums = sp.csr_matrix((sums, (row, combined % self.dim)), shape=(keys.shape[0], self.dim))
+                sides += [keys, keep_largest(sums, keep).astype(np.float32).tocsr()]
+            out.append(NeighbourRows(self.vocab, *sides))
+        return out
