@@ -87,14 +87,22 @@ def lookup_encoder(model: UHDEncoder, args, queries: list[str]):
     data_dir = ROOT / args.data_root / "scifact"
     n_docs = len(load_corpus(data_dir / "corpus.jsonl"))
     rows = np.sort(np.random.default_rng(args.seed).permutation(n_docs)[:args.table_docs])
-    states, token_ids, _ = token_states(model, data_dir, "document", rows)
-    table = CorpusTable.from_states(model, states, token_ids)
+    if args.lookup_contexts == "sentences":
+        corpus = load_corpus(data_dir / "corpus.jsonl")
+        texts = [corpus[d].full_text for d in np.array(list(corpus))[rows]]
+        table = CorpusTable.from_sentences(model, texts, show_progress=False, neighbours=args.lookup_neighbours)
+    else:
+        states, token_ids, _ = token_states(model, data_dir, "document", rows)
+        table = CorpusTable.from_states(model, states, token_ids)
     words = model.backbone.tokenizer(queries, add_special_tokens=False)["input_ids"]
     alone = build_table(model, token_ids=np.unique(np.concatenate([np.asarray(w, np.int64) for w in words])))
     tables = table.tables(args.lookup_summary, args.lookup_keep, fallback=alone)
-    lookup = LookupEncoder(tables, model.backbone.tokenizer, model.config, model.digest(), args.lookup_specials)
+    pairs = table.neighbours.rows(args.lookup_keep) if args.lookup_neighbours else None
+    lookup = LookupEncoder(tables, model.backbone.tokenizer, model.config, model.digest(), args.lookup_specials,
+                           neighbours=pairs, keep=args.lookup_keep if pairs else None)
     return lookup, f"{args.lookup_summary}, keep {args.lookup_keep}, [CLS]/[SEP] rows {args.lookup_specials}, " \
-                   f"from {len(rows)} SciFact documents"
+                   f"from {len(rows)} SciFact documents' {args.lookup_contexts}" + \
+                   (", neighbour pairs" if pairs else "")
 
 
 def time_queries(encoders: dict, index: InvertedIndex, queries: list[str], threads: int) -> dict:
