@@ -91,13 +91,15 @@ def lookup_encoder(model: UHDEncoder, args, queries: list[str]):
         corpus = load_corpus(data_dir / "corpus.jsonl")
         texts = [corpus[d].full_text for d in np.array(list(corpus))[rows]]
         table = CorpusTable.from_sentences(model, texts, show_progress=False, neighbours=args.lookup_neighbours)
+    elif args.lookup_neighbours:
+        raise SystemExit("lookup_neighbours = true needs lookup_contexts = \"sentences\"")
     else:
         states, token_ids, _ = token_states(model, data_dir, "document", rows)
         table = CorpusTable.from_states(model, states, token_ids)
     words = model.backbone.tokenizer(queries, add_special_tokens=False)["input_ids"]
     alone = build_table(model, token_ids=np.unique(np.concatenate([np.asarray(w, np.int64) for w in words])))
     tables = table.tables(args.lookup_summary, args.lookup_keep, fallback=alone)
-    pairs = table.neighbours.rows(args.lookup_keep) if args.lookup_neighbours else None
+    pairs = table.neighbours.rows(args.lookup_keep) if table.neighbours is not None else None
     lookup = LookupEncoder(tables, model.backbone.tokenizer, model.config, model.digest(), args.lookup_specials,
                            neighbours=pairs, keep=args.lookup_keep if pairs else None)
     return lookup, f"{args.lookup_summary}, keep {args.lookup_keep}, [CLS]/[SEP] rows {args.lookup_specials}, " \

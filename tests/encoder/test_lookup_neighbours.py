@@ -76,3 +76,32 @@ def test_a_token_gets_its_pairs_rows_and_the_unigram_row_where_no_pair_was_seen(
     assert again.keep == 8 and (again.encode(["bone density"]).buckets[0] != query[0]).nnz == 0
     with pytest.raises(UsageError, match="neighbour rows need"):
         LookupEncoder(unigrams, tok, model.config, model.digest(), specials=True, neighbours=rows, keep=8)
+
+
+def test_runs_merged_in_any_order_sum_as_one_pass():
+    """40 batches: the runs merge at different sizes; every pair's sums equal a dense count of the same adds."""
+    rng = np.random.default_rng(4)
+    table = NeighbourTable(VOCAB, DIM, 1)
+    want = {}
+    for _ in range(40):
+        ids, left, right = rng.integers(0, VOCAB, 6), rng.integers(-1, VOCAB, 6), rng.integers(-1, VOCAB, 6)
+        values = rng.integers(1, 4, (6, 3)).astype(np.float32)
+        dims = np.stack([rng.choice(DIM, 3, replace=False) for _ in range(6)])
+        table.add(ids, left, right, [(torch.from_numpy(values), torch.from_numpy(dims))])
+        for t, l, v, d in zip(ids, left, values, dims):
+            want.setdefault(int(pair_keys([t], [l], VOCAB)[0]), np.zeros(DIM))[d] += v
+    rows = table.rows(keep=DIM)[0]
+    assert rows.left_keys.tolist() == sorted(want)
+    for at, key in enumerate(rows.left_keys):
+        assert np.allclose(rows.left[at].toarray().ravel(), want[key] / np.linalg.norm(want[key]))
+
+
+def test_an_unseen_pair_falls_back_to_the_whole_unigram_row_and_an_empty_pair_row_hides_nothing():
+    from uhdsearch.encoder.lookup_neighbours import NeighbourRows
+
+    fallback = sp.csr_matrix(np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) % 7)
+    empty_row = sp.csr_matrix((1, DIM), dtype=np.float32)
+    rows = NeighbourRows(VOCAB, pair_keys([4], [1], VOCAB), empty_row, np.zeros(0, np.int64), empty_row[:0])
+    ids = np.array([1, 4, 2, 1, 5, 2])  # two texts: [CLS]=1 4 [SEP]=2, 1 5 2
+    got = rows.token_rows(ids, np.array([1, 4]), fallback, keep=2).toarray()
+    assert np.array_equal(got, fallback[[4, 5]].toarray())  # all the fallback's dims, not `keep` of them

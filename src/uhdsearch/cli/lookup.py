@@ -55,5 +55,5 @@ def lookup(
     path = lookup_encoder.save(model)
     seen = int((table.occurrences > 0).sum())
     pairs = sum(r.left_keys.shape[0] + r.right_keys.shape[0] for r in lookup_encoder.neighbours or [])
-    typer.echo(f"wrote {path}: {seen:,} tokens" + (f" and {pairs:,} neighbour pairs" if neighbours else "")
+    typer.echo(f"wrote {path}: {seen:,} tokens" + (f" and {pairs:,} neighbour pairs (winners)" if neighbours else "")
                + f" learned from {len(texts):,} documents' {contexts} ({summary}, {keep} dims a row)")

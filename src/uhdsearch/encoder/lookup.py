@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from uhdsearch.encoder.lookup_neighbours import NeighbourRows, keep_largest
+from uhdsearch.encoder.lookup_neighbours import NeighbourRows
 from uhdsearch.errors import ModelFormatError, UsageError
 from uhdsearch.sparse import SparseEncoding
 
@@ -98,7 +98,7 @@ class LookupEncoder:
         for b, t in enumerate(self.tables):
             arrays.update({f"b{b}_data": t.data, f"b{b}_indices": t.indices, f"b{b}_indptr": t.indptr})
         for b, rows in enumerate(self.neighbours or []):
-            arrays["keep"] = np.array(self.keep)
+            arrays["keep"], arrays["vocab"] = np.array(self.keep), np.array(rows.vocab)
             for side, keys, matrix in (("nl", rows.left_keys, rows.left), ("nr", rows.right_keys, rows.right)):
                 arrays.update({f"b{b}_{side}_keys": keys, f"b{b}_{side}_data": matrix.data,
                                f"b{b}_{side}_indices": matrix.indices, f"b{b}_{side}_indptr": matrix.indptr})
@@ -123,8 +123,10 @@ class LookupEncoder:
                           for b in range(model.config.n_buckets)]
                 neighbours, keep = None, None
                 if "b0_nl_keys" in z.files:
-                    keep = int(z["keep"])
-                    vocab = len(model.backbone.tokenizer)
+                    keep, vocab = int(z["keep"]), int(z["vocab"])
+                    if vocab != len(model.backbone.tokenizer) or keep < 1:  # pair keys encode the vocabulary size
+                        raise ValueError(f"keep {keep}, neighbour rows for a vocabulary of {vocab} tokens, the "
+                                         f"tokenizer has {len(model.backbone.tokenizer)}")
                     neighbours = [NeighbourRows(vocab, *[x for side in ("nl", "nr") for x in (
                         z[f"b{b}_{side}_keys"], sp.csr_matrix(
                             (z[f"b{b}_{side}_data"], z[f"b{b}_{side}_indices"], z[f"b{b}_{side}_indptr"]),
@@ -156,9 +158,9 @@ class LookupEncoder:
         ids = np.concatenate([np.asarray(x, np.int64) for x in input_ids])
         ends = np.cumsum([len(x) for x in input_ids])
         positions = np.flatnonzero(~np.isin(ids, self._all_special))
-        owner = np.searchsorted(ends, positions, side="right")  # the text of each position
-        per_text = [np.flatnonzero(owner == i) for i in range(len(input_ids))]
-        return [_max_pool(keep_largest(rows.token_rows(ids, positions, table), self.keep), per_text)
+        owner = np.searchsorted(ends, positions, side="right")  # the text of each position, ascending
+        per_text = np.split(np.arange(positions.shape[0]), np.searchsorted(owner, np.arange(1, len(input_ids))))
+        return [_max_pool(rows.token_rows(ids, positions, table, self.keep), per_text)
                 for rows, table in zip(self.neighbours, self.tables)]
 
 

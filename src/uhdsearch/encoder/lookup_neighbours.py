@@ -19,7 +19,7 @@ import scipy.sparse as sp
 def keep_largest(sums: sp.csr_matrix, keep: int) -> sp.csr_matrix:
     """Each row's `keep` largest positive entries, L2-normalized (a row's scale does not matter: max-pool of rows
     of one query, then binary or normalized scoring)."""
-    sums = sums.tocsr()
+    sums = sums.tocsr(copy=True)
     sums.sort_indices()  # the tie rule below reads the lower dim first
     sums.data[sums.data < 0] = 0
     sums.eliminate_zeros()
@@ -50,30 +50,31 @@ class NeighbourRows:
     right_keys: np.ndarray
     right: sp.csr_matrix
 
-    def token_rows(self, ids: np.ndarray, positions: np.ndarray, fallback: sp.csr_matrix) -> sp.csr_matrix:
-        """(len(positions), dim) CSR: per position p of the token sequence `ids`, the sum of its left and right
-        pair rows that exist, or `fallback`'s row of the token where neither does."""
+    def token_rows(self, ids: np.ndarray, positions: np.ndarray, fallback: sp.csr_matrix, keep: int) -> sp.csr_matrix:
+        """(len(positions), dim) CSR: per position p of the token sequence `ids` (texts wrapped in [CLS] ... [SEP],
+        so p - 1 and p + 1 stay inside p's text), the sum of its left and right pair rows that exist, cut to its
+        `keep` largest dims, or `fallback`'s row of the token, as it is, where neither pair does."""
         tokens = ids[positions]
         parts, owners = [], []
         for keys, rows, neighbours in ((self.left_keys, self.left, ids[positions - 1]),
                                        (self.right_keys, self.right, ids[positions + 1])):
-            wanted = pair_keys(tokens, neighbours, self.vocab)
             if keys.shape[0] == 0:
                 continue
+            wanted = pair_keys(tokens, neighbours, self.vocab)
             at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
-            found = keys[at] == wanted
+            found = (keys[at] == wanted) & (np.diff(rows.indptr)[at] > 0)  # an empty pair row hides nothing
             parts.append(rows[at[found]])
             owners.append(np.flatnonzero(found))
         seen = np.zeros(len(positions), bool)
         for o in owners:
             seen[o] = True
-        parts.append(fallback[tokens[~seen]])
-        owners.append(np.flatnonzero(~seen))
-        owner = np.concatenate(owners)
-        stacked = sp.vstack(parts, format="csr")
+        owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
+        stacked = sp.vstack(parts, format="csr") if parts else sp.csr_matrix((0, fallback.shape[1]), dtype=np.float32)
         gather = sp.csr_matrix((np.ones(owner.shape[0], np.float32), (owner, np.arange(owner.shape[0]))),
                                shape=(len(positions), owner.shape[0]))
-        return (gather @ stacked).tocsr()
+        pairs = keep_largest(gather @ stacked, keep)  # rows of unseen positions stay empty
+        alone = sp.diags((~seen).astype(np.float32)) @ fallback[tokens]
+        return (pairs + alone).astype(np.float32).tocsr()
 
 
 class NeighbourTable:
@@ -81,8 +82,10 @@ class NeighbourTable:
 
     def __init__(self, vocab: int, dim: int, n_buckets: int) -> None:
         self.vocab, self.dim = vocab, dim
-        # per bucket and side (left, right): (pair key * dim + winner dim) and summed value, merged in groups
-        self._merged = [[(np.zeros(0, np.int64), np.zeros(0)) for _ in range(2)] for _ in range(n_buckets)]
+        # per bucket and side (left, right): runs of sorted (pair key * dim + winner dim) with summed values; a run
+        # is merged with the one before it while that is less than twice its size, so each entry is merged
+        # O(log n) times (merging everything every few batches made the build quadratic in the corpus)
+        self._runs: list[list[list]] = [[[], []] for _ in range(n_buckets)]
         self._pending: list[list[list]] = [[[], []] for _ in range(n_buckets)]
 
     def add(self, token_ids: np.ndarray, left: np.ndarray, right: np.ndarray, winners) -> None:
@@ -90,30 +93,39 @@ class NeighbourTable:
         for b, (values, dims) in enumerate(winners):
             k = dims.shape[1]
             entries = dims.reshape(-1).numpy().astype(np.int64)
-            data = values.float().clamp_min(0).reshape(-1).numpy().astype(np.float64)
+            data = values.float().clamp_min(0).reshape(-1).numpy()
             for side, neighbours in enumerate((left, right)):
                 keys = np.repeat(pair_keys(token_ids, neighbours, self.vocab), k) * self.dim + entries
                 self._pending[b][side].append((keys, data))
                 if len(self._pending[b][side]) >= 16:
                     self._merge(b, side)
 
-    def _merge(self, b: int, side: int) -> None:
-        keys = np.concatenate([self._merged[b][side][0]] + [k for k, _ in self._pending[b][side]])
-        data = np.concatenate([self._merged[b][side][1]] + [d for _, d in self._pending[b][side]])
-        unique, inverse = np.unique(keys, return_inverse=True)
-        self._merged[b][side] = (unique, np.bincount(inverse, weights=data))
-        self._pending[b][side] = []
+    def _merge(self, b: int, side: int, everything: bool = False) -> None:
+        runs = self._runs[b][side]
+        if self._pending[b][side]:
+            runs.append(_summed(*(np.concatenate(x) for x in zip(*self._pending[b][side]))))
+            self._pending[b][side] = []
+        while len(runs) > 1 and (everything or runs[-2][0].shape[0] < 2 * runs[-1][0].shape[0]):
+            later, earlier = runs.pop(), runs.pop()
+            runs.append(_summed(np.concatenate([earlier[0], later[0]]), np.concatenate([earlier[1], later[1]])))
 
     def rows(self, keep: int) -> list[NeighbourRows]:
         """Per bucket, each pair's `keep` largest summed winners, L2-normalized (ties: the lower dim first)."""
         out = []
-        for b in range(len(self._merged)):
+        for b in range(len(self._runs)):
             sides = []
             for side in range(2):
-                self._merge(b, side)
-                combined, sums = self._merged[b][side]
+                self._merge(b, side, everything=True)
+                runs = self._runs[b][side]
+                combined, sums = runs[0] if runs else (np.zeros(0, np.int64), np.zeros(0))
                 keys, row = np.unique(combined // self.dim, return_inverse=True)
                 sums = sp.csr_matrix((sums, (row, combined % self.dim)), shape=(keys.shape[0], self.dim))
                 sides += [keys, keep_largest(sums, keep).astype(np.float32).tocsr()]
             out.append(NeighbourRows(self.vocab, *sides))
         return out
+
+
+def _summed(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique keys and the sum of each key's values (float32: the sums only rank a pair's dims)."""
+    unique, inverse = np.unique(keys, return_inverse=True)
+    return unique, np.bincount(inverse, weights=values).astype(np.float32)
