@@ -21,7 +21,9 @@ def lookup(
                                  "documents, as indexed)."),
     neighbours: Optional[bool] = typer.Option(None, "--neighbours/--no-neighbours", help="Also rows of (token, "
                                               "left / right neighbour) pairs, so a query token's row depends on its "
-                                              "neighbours (default: with sentences; chosen on SciFact train)."),
+                                              "neighbours (default: with sentences; chosen on SciFact train). "
+                                              "Memory grows with the corpus: 4.7 GB for SciFact's 5,183 "
+                                              "abstracts; --documents bounds it."),
     documents: int = typer.Option(0, "--documents", help="Learn from the first N documents only (0: all)."),
     context_free: bool = typer.Option(False, "--context-free", help="Give tokens the corpus lacks their "
                                       "context-free row ([CLS] token [SEP]; a pass over the vocabulary, minutes)."),
