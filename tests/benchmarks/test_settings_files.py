@@ -16,11 +16,13 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 # The former argparse defaults and in-code constants, verbatim (lists where a comma-separated string was parsed).
 FORMER = {
     "isotropy": {"fit_docs": 2_000, "held_out": 1_000, "fit_tokens": 50_000, "flows": True},  # flows: not --no-flows
-    # issue 21 added the synthetic index (the 100k real-text index takes ~2 h to encode) and the lookup table
+    # issue 21 added the synthetic index (the 100k real-text index takes ~2 h to encode) and the lookup table;
+    # session 16 the table `uhdsearch lookup` now builds (sentences with neighbour pairs, 20 dims a row; was 40)
     "end_to_end": {"n_docs": 100_000, "threads": 2, "query_k": "config", "n_queries": 200, "batch_size": 64,
                    "runtime": "onnx", "model": "out/quickstart/model", "index": "synthetic", "seed": 0,
                    "work_dir": "out/end_to_end", "data_root": "../shared/data", "lookup_summary": "winners",
-                   "lookup_keep": 40, "lookup_specials": False, "table_docs": 1000},
+                   "lookup_keep": 20, "lookup_specials": False, "table_docs": 1000, "lookup_contexts": "sentences",
+                   "lookup_neighbours": True},
     "encoding_speed": {"n_docs": 256, "doc_length": 256, "repeats": 3, "dims": [32_768, 81_920],  # "32768,81920"
                        # in code: the dtypes looped over, EncoderConfig(wta_k=80, query_k=100), data.queries[:50],
                        # and batches of 32 for the backbone and encode_document
