@@ -96,12 +96,11 @@ class LookupEncoder:
         path = Path(directory) / LOOKUP_FILE
         arrays = {"digest": np.array(self._digest), "specials": np.array(self.specials)}
         for b, t in enumerate(self.tables):
-            arrays.update({f"b{b}_data": t.data, f"b{b}_indices": t.indices, f"b{b}_indptr": t.indptr})
+            arrays.update(_csr_arrays(f"b{b}", t))
         for b, rows in enumerate(self.neighbours or []):
             arrays["keep"], arrays["vocab"] = np.array(self.keep), np.array(rows.vocab)
             for side, keys, matrix in (("nl", rows.left_keys, rows.left), ("nr", rows.right_keys, rows.right)):
-                arrays.update({f"b{b}_{side}_keys": keys, f"b{b}_{side}_data": matrix.data,
-                               f"b{b}_{side}_indices": matrix.indices, f"b{b}_{side}_indptr": matrix.indptr})
+                arrays.update({f"b{b}_{side}_keys": keys, **_csr_arrays(f"b{b}_{side}", matrix)})
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, **arrays)
         os.replace(tmp, path)
@@ -118,20 +117,16 @@ class LookupEncoder:
             with np.load(path, allow_pickle=False) as z:
                 digest = str(z["digest"])
                 specials = bool(z["specials"]) if "specials" in z.files else False
-                tables = [sp.csr_matrix((z[f"b{b}_data"], z[f"b{b}_indices"], z[f"b{b}_indptr"]),
-                                        shape=(z[f"b{b}_indptr"].shape[0] - 1, model.config.dim))
-                          for b in range(model.config.n_buckets)]
+                tables = [_read_csr(z, f"b{b}", model.config.dim) for b in range(model.config.n_buckets)]
                 neighbours, keep = None, None
                 if "b0_nl_keys" in z.files:
                     keep, vocab = int(z["keep"]), int(z["vocab"])
                     if vocab != len(model.backbone.tokenizer) or keep < 1:  # pair keys encode the vocabulary size
                         raise ValueError(f"keep {keep}, neighbour rows for a vocabulary of {vocab} tokens, the "
                                          f"tokenizer has {len(model.backbone.tokenizer)}")
-                    neighbours = [NeighbourRows(vocab, *[x for side in ("nl", "nr") for x in (
-                        z[f"b{b}_{side}_keys"], sp.csr_matrix(
-                            (z[f"b{b}_{side}_data"], z[f"b{b}_{side}_indices"], z[f"b{b}_{side}_indptr"]),
-                            shape=(z[f"b{b}_{side}_indptr"].shape[0] - 1, model.config.dim)))])
-                        for b in range(model.config.n_buckets)]
+                    neighbours = [NeighbourRows(vocab, z[f"b{b}_nl_keys"], _read_csr(z, f"b{b}_nl", model.config.dim),
+                                                z[f"b{b}_nr_keys"], _read_csr(z, f"b{b}_nr", model.config.dim))
+                                  for b in range(model.config.n_buckets)]
         except (KeyError, ValueError) as exc:
             raise ModelFormatError(f"{path} is not a valid lookup table: {exc}") from exc
         if digest != model.digest():
@@ -181,3 +176,12 @@ def _max_pool(table: sp.csr_matrix, ids: list[np.ndarray]) -> sp.csr_matrix:
         return sp.csr_matrix((len(ids), table.shape[1]), dtype=np.float32)
     return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                          shape=(len(ids), table.shape[1]), dtype=np.float32)
+
+
+def _csr_arrays(prefix: str, matrix: sp.csr_matrix) -> dict[str, np.ndarray]:
+    return {f"{prefix}_data": matrix.data, f"{prefix}_indices": matrix.indices, f"{prefix}_indptr": matrix.indptr}
+
+
+def _read_csr(z, prefix: str, dim: int) -> sp.csr_matrix:
+    indptr = z[f"{prefix}_indptr"]
+    return sp.csr_matrix((z[f"{prefix}_data"], z[f"{prefix}_indices"], indptr), shape=(indptr.shape[0] - 1, dim))

@@ -107,14 +107,7 @@ class CorpusTable:
     def from_texts(cls, model, texts: Sequence[str], show_progress: bool = True) -> CorpusTable:
         """Encode `texts` as documents through the backbone once and learn the table from their tokens."""
         states = model.token_states(list(texts), "document", show_progress=show_progress)
-        tokenized = model.backbone.tokenizer(list(texts), truncation=True,
-                                             max_length=model.config.document_max_length)["input_ids"]
-        token_ids = np.concatenate([np.asarray(x, np.int64) for x in tokenized]) if tokenized else \
-            np.zeros(0, np.int64)
-        if token_ids.shape[0] != int(states.offsets[-1]):  # the states are packed in the tokenizer's order
-            raise UsageError(f"the tokenizer gave {token_ids.shape[0]} tokens, the backbone states "
-                             f"{int(states.offsets[-1])}")
-        return cls.from_states(model, states, token_ids)
+        return cls.from_states(model, states, _token_ids(model, texts, model.config.document_max_length, states))
 
     @classmethod
     def from_sentences(cls, model, texts: Sequence[str], show_progress: bool = True,
@@ -131,8 +124,7 @@ class CorpusTable:
         if not sentences:
             raise UsageError(f"no sentence of at least {MIN_SENTENCE_WORDS} words in the {len(texts)} texts")
         states = model.token_states(sentences, "query", show_progress=show_progress)
-        ids = model.backbone.tokenizer(sentences, truncation=True, max_length=model.config.query_max_length)
-        return cls.from_states(model, states, np.concatenate([np.asarray(x, np.int64) for x in ids["input_ids"]]),
+        return cls.from_states(model, states, _token_ids(model, sentences, model.config.query_max_length, states),
                                neighbours=neighbours)
 
     def tables(self, summary: str = "winners", keep: int | None = None,
@@ -166,3 +158,13 @@ class CorpusTable:
         k = dims.shape[1]
         return sp.csr_matrix((values.reshape(-1).numpy(), (np.repeat(ids, k), dims.reshape(-1).numpy())),
                              shape=(self.vocab, self.model.config.dim))
+
+
+def _token_ids(model, texts: Sequence[str], max_length: int, states) -> np.ndarray:
+    """(n_tokens,) the vocabulary ids of `texts` as the backbone packed `states` (the tokenizer's order)."""
+    tokenized = model.backbone.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    token_ids = np.concatenate([np.asarray(x, np.int64) for x in tokenized]) if tokenized else np.zeros(0, np.int64)
+    if token_ids.shape[0] != int(states.offsets[-1]):
+        raise UsageError(f"the tokenizer gave {token_ids.shape[0]} tokens, the backbone states "
+                         f"{int(states.offsets[-1])}")
+    return token_ids

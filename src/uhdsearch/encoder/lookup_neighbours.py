@@ -18,22 +18,19 @@ import scipy.sparse as sp
 
 def keep_largest(sums: sp.csr_matrix, keep: int) -> sp.csr_matrix:
     """Each row's `keep` largest positive entries, L2-normalized (a row's scale does not matter: max-pool of rows
-    of one query, then binary or normalized scoring)."""
+    of one query, then binary or normalized scoring); equal values: the lower dim first."""
     sums = sums.tocsr(copy=True)
-    sums.sort_indices()  # the tie rule below reads the lower dim first
-    sums.data[sums.data < 0] = 0
-    sums.eliminate_zeros()
-    rows, cols, vals = [], [], []
-    for r in np.flatnonzero(np.diff(sums.indptr)):
-        lo, hi = sums.indptr[r], sums.indptr[r + 1]
-        data = sums.data[lo:hi]
-        top = np.argsort(-data, kind="stable")[:keep]  # equal sums: the lower dim first (indices are sorted)
-        rows.append(np.full(top.shape[0], r))
-        cols.append(sums.indices[lo:hi][top])
-        vals.append(data[top] / np.linalg.norm(data[top]))
-    if not rows:
-        return sp.csr_matrix(sums.shape, dtype=np.float32)
-    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=sums.shape)
+    sums.sum_duplicates()
+    sums = sums.tocoo()
+    positive = sums.data > 0
+    rows, cols, vals = sums.row[positive], sums.col[positive], sums.data[positive]
+    order = np.lexsort((cols, -vals, rows))  # per row: largest first, then the lower dim
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    starts = np.searchsorted(rows, rows, side="left")  # each entry's row start (rows are sorted)
+    kept = np.arange(rows.shape[0]) - starts < keep
+    rows, cols, vals = rows[kept], cols[kept], vals[kept]
+    norms = np.sqrt(np.bincount(rows, weights=vals.astype(np.float64) ** 2, minlength=sums.shape[0]))
+    return sp.csr_matrix((vals / norms[rows], (rows, cols)), shape=sums.shape)
 
 
 def pair_keys(tokens: np.ndarray, neighbours: np.ndarray, vocab: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from uhdsearch.index.codec import CompressedPostings, n_words
-from uhdsearch.index.kernels.forward import BLOCK_WORDS, forward_counts, transpose_rows
+from uhdsearch.index.kernels.forward import TRANSPOSE_WORDS, forward_counts, transpose_rows
 from uhdsearch.index.kernels.probe import probe_counts
 from uhdsearch.sparse import SparseEncoding
 
@@ -43,7 +43,7 @@ class ForwardStore:
         column[dims] = np.arange(dims.shape[0])
         rows = np.zeros((n_documents, (dims.shape[0] + 63) // 64), np.uint64)
         words = n_words(n_documents)
-        n_blocks = (words + BLOCK_WORDS - 1) // BLOCK_WORDS
+        n_blocks = (words + TRANSPOSE_WORDS - 1) // TRANSPOSE_WORDS
         n_threads = n_threads or min(8, len(os.sched_getaffinity(0)))
         cuts = [n_blocks * i // n_threads for i in range(n_threads + 1)]
         args = (bitmap_rows, postings.bitmaps, words, dims, n_documents)

@@ -12,7 +12,7 @@ import numpy as np
 
 from uhdsearch.index.kernels.bits import popcount, trailing_zeros
 
-BLOCK_WORDS = 8  # bitmap words per transpose block: 512 documents, whose rows (~1 MB) stay in L2
+TRANSPOSE_WORDS = 8  # bitmap words per transpose block: 512 documents, whose rows (~1 MB) stay in L2
 
 
 @numba.njit(cache=True, nogil=True)
@@ -23,8 +23,8 @@ def transpose_rows(rows, bitmaps, words, dims, n_documents, first_block, last_bl
     Reads each bitmap a block of words at a time, so the block's rows are written while they stay in cache.
     """
     for block in range(first_block, last_block):
-        w0 = block * BLOCK_WORDS
-        w1 = min(words, w0 + BLOCK_WORDS)
+        w0 = block * TRANSPOSE_WORDS
+        w1 = min(words, w0 + TRANSPOSE_WORDS)
         for c in range(dims.shape[0]):
             base = np.int64(rows[dims[c]]) * words
             word = c >> 6

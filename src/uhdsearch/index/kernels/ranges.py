@@ -125,7 +125,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
         m = c1 - c0
         w0 = c0 // 64
         n_w = (m + 63) // 64
-        comparator = sole >= 0 and size == k  # the heap only grows: decided once per chunk, used twice below
+        comparator = sole >= 0 and size == k  # the heap only grows: the whole chunk goes to the comparator
         if weighted:
             total[:m] = 0.0
         for b in range(n_buckets):
@@ -164,13 +164,10 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                         continue
                     size = push(out_scores, out_docs, size, k, score, c0 + i)
             continue
-        if comparator:  # `carry` and `scratch` are free again: they serve as the comparator's scratch
-            size = sole_bucket_blocks(planes, sole * chunk_words * MAX_PLANES, chunk_words, n_planes[sole], 0, n_w,
-                                      m, bucket_weights[sole], hits, carry, deleted, c0, size, k, out_scores,
-                                      out_docs, scales[sole], class_bits[sole], class_max[sole], w0, scratch)
-            continue
         for w in range(n_w):
-            if size == k and sole >= 0:  # the heap filled inside this chunk: the comparator takes the rest
+            # a full heap (from the chunk's start, or filled inside it): the comparator takes the remaining words;
+            # `carry` and `scratch` are free again and serve as its scratch
+            if size == k and sole >= 0:
                 size = sole_bucket_blocks(planes, sole * chunk_words * MAX_PLANES, chunk_words, n_planes[sole], w,
                                           n_w, m, bucket_weights[sole], hits, carry, deleted, c0, size, k,
                                           out_scores, out_docs, scales[sole], class_bits[sole], class_max[sole], w0,
