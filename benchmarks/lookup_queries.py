@@ -13,10 +13,17 @@ least 4 words), each encoded as a query, the "winners" summary over those occurr
 rows of (token, left / right neighbour) pairs over the same sentences ("sentences-neighbours-K",
 encoder/lookup_neighbours.py).
 
-    .venv/bin/python benchmarks/lookup_queries.py [--sentence-tables]
+`--ceiling` (with --sentence-tables) asks how close *any* table of these rows could come: the full encoder's own
+contextual WTA scores, each token choosing its winners only among its row's `C` largest dims (the pair sums, or the
+unigram row where no pair was seen; `ceiling_keeps`), [CLS] and [SEP] left out as the lookup leaves them out. A
+table fixes one row per token (or pair) for every context; this keeps the row's dims and lets the context choose
+among them, so it bounds what refining the rows' values or their choice within the row could reach. Scored on the
+choice split and, as a diagnostic that chooses nothing, on every collection's test split.
+
+    .venv/bin/python benchmarks/lookup_queries.py [--sentence-tables [--ceiling]]
 
 Prints tables and writes benchmarks/results/lookup_queries.json (lookup_queries_sentences.json with
---sentence-tables). Settings: benchmarks/configs/lookup_queries.toml.
+--sentence-tables, lookup_queries_ceiling.json with --ceiling). Settings: benchmarks/configs/lookup_queries.toml.
 """
 from __future__ import annotations
 
@@ -165,10 +172,71 @@ def query_tokens(model, collection: StatesCollection, split: str) -> np.ndarray:
     return np.unique(np.concatenate([np.asarray(x, np.int64) for x in encoded]))
 
 
+def choose_among(z: torch.Tensor, candidates: sp.csr_matrix, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's k largest scores of z among that row's candidate dims (candidates' nonzero columns); where a row
+    has fewer than k candidates the rest of its winners score -inf, which pooling drops (it keeps values > 0).
+
+    Example:
+        >>> z = torch.tensor([[5.0, 1.0, 3.0, 4.0]])
+        >>> values, dims = choose_among(z, sp.csr_matrix(np.array([[0, 1, 1, 0]])), 3)
+        >>> dims[0, :2].tolist(), values[0].tolist()
+        ([2, 1], [3.0, 1.0, -inf])
+    """
+    allowed = torch.zeros(z.shape, dtype=torch.bool)
+    owner = np.repeat(np.arange(candidates.shape[0]), np.diff(candidates.indptr))
+    allowed[torch.from_numpy(owner), torch.from_numpy(candidates.indices.astype(np.int64))] = True
+    return torch.topk(z.float().masked_fill(~allowed, -np.inf), k, dim=1)
+
+
+def ceiling_encoding(model, collection: StatesCollection, split: str, keep: int | None,
+                     batch: int = 64) -> SparseEncoding:
+    """The split's queries by the full encoder's token states, [CLS] and [SEP] left out, each token's winners chosen
+    among its table row's `keep` largest dims (None: among all dims, the full encoder without [CLS] and [SEP])."""
+    ids, _, _ = collection.split(split)
+    states, token_ids, _ = token_states(model, collection.data_dir, "query")
+    rows = np.array([collection.row_of[q] for q in ids])
+    special = np.array(sorted(model.backbone.tokenizer.all_special_ids))
+    wta = model.buckets.wta[str(model.layers[0])]
+    if keep is not None:
+        unigrams = collection.sentence_table.tables("winners", keep, fallback=build_table(
+            model, token_ids=query_tokens(model, collection, split)))[0]
+        pairs = collection.sentence_table.neighbours.rows(keep)[0]
+    parts = []
+    with torch.inference_mode():
+        for start in range(0, rows.shape[0], batch):
+            chunk = rows[start:start + batch]
+            (tokens,), token_text = states.gather(chunk, model.layers)
+            ids_chunk = np.concatenate([token_ids[states.offsets[r]:states.offsets[r + 1]] for r in chunk])
+            positions = np.flatnonzero(~np.isin(ids_chunk, special))
+            z = torch.addmm(wta.bias.float(), tokens[positions].float(), wta.weight.t().float())
+            if keep is None:
+                values, dims = torch.topk(z, model.config.wta_k, dim=1)
+            else:
+                values, dims = choose_among(z, pairs.token_rows(ids_chunk, positions, unigrams, keep),
+                                            model.config.wta_k)
+            parts.append(pooled_csr(values, dims, token_text[positions], len(chunk), wta.dim))
+    return SparseEncoding([sp.vstack(parts, format="csr")])
+
+
+def ceiling_rows(model, collection: StatesCollection, split: str, keeps: list[int], max_dfs: list[float]) -> list[dict]:
+    ids, _, qrels = collection.split(split)
+    rows = []
+    for keep in [None, *keeps]:
+        queries = ceiling_encoding(model, collection, split, keep)
+        for max_df in max_dfs:
+            row = collection.score(ids, queries, qrels, max_df, 100)
+            rows.append({"collection": collection.data_dir.name, "split": split,
+                         "queries": "full, no [CLS]/[SEP]" if keep is None else f"ceiling, row's top {keep}",
+                         "query_dims": row["query_dims"], "max_df": max_df, "binary": row["binary"],
+                         "binary-idf4": row["binary-idf4"]})
+            log(json.dumps(rows[-1]))
+    return rows
+
+
 def table(rows: list[dict]) -> str:
-    lines = [f"{'collection':<9} {'split':<5} {'queries':<24} {'dims':>5} {'max_df':>6} {'binary':>7} {'idf4':>7}"]
+    lines = [f"{'collection':<9} {'split':<5} {'queries':<26} {'dims':>5} {'max_df':>6} {'binary':>7} {'idf4':>7}"]
     for r in rows:
-        lines.append(f"{r['collection']:<9} {r['split']:<5} {r['queries']:<24} {r['query_dims']:>5.0f} "
+        lines.append(f"{r['collection']:<9} {r['split']:<5} {r['queries']:<26} {r['query_dims']:>5.0f} "
                      f"{r['max_df']:>6g} {r['binary']:>7.4f} {r['binary-idf4']:>7.4f}")
     return "\n".join(lines)
 
@@ -180,7 +248,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-timed", type=int)
     parser.add_argument("--test-once", action=argparse.BooleanOptionalAction)
     parser.add_argument("--sentence-tables", action=argparse.BooleanOptionalAction)
+    parser.add_argument("--ceiling", action=argparse.BooleanOptionalAction)
     args, config, settings = parse_args(parser, "lookup_queries", argv)
+    if args.ceiling and not args.sentence_tables:
+        parser.error("--ceiling needs --sentence-tables (it bounds the sentence tables' rows)")
     start = time.time()
     torch.set_num_threads(args.threads)
     model = load_model(args.model, args.data_root, args.seed)
@@ -215,8 +286,14 @@ def main(argv: list[str] | None = None) -> None:
         result["lookup_encode_p50_ms"] = round(float(np.median(times[len(sample):])), 3)
         result["table_entries"] = int(sum(t.nnz for t in lookup.tables))
         print(f"lookup encode p50: {result['lookup_encode_p50_ms']:.3f} ms per query (one at a time)")
+    if args.ceiling:
+        result["ceiling_rows"] = ceiling_rows(model, dev, choose_split, args.ceiling_keeps, [1.0, args.max_df])
+        for collection in collections.values():
+            result["ceiling_rows"] += ceiling_rows(model, collection, "test", args.ceiling_keeps, [1.0, args.max_df])
+        print(table(result["ceiling_rows"]))
     result["wall_s"] = round(time.time() - start, 1)
     out = OUT_JSON.with_name("lookup_queries_sentences.json") if args.sentence_tables else OUT_JSON
+    out = out.with_name("lookup_queries_ceiling.json") if args.ceiling else out
     out.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {out}")
 
