@@ -1,0 +1,189 @@
+"""A shallow query student: the backbone's embeddings and first `layers` layers plus a linear head, trained to give
+the last layer's token states; queries are then encoded by the model's own WTA head on the student's states.
+
+The ceiling of benchmarks/lookup_queries.py --ceiling says what an inference-free table lacks is the query's context
+choosing each token's winners; this asks how much of that a cheap contextual model recovers. Label-free, per
+collection: the student is distilled (mean squared error against the full backbone's last-layer states) on the
+indexed documents' sentences encoded as queries, the same contexts the lookup table learns from. Scored like
+lookup_queries.py (the same document samples and query sets): SciFact train for the record, every collection's
+test split once. Encode time: one query at a time, PyTorch eager for both the student and the full encoder, in the
+same run.
+
+    .venv/bin/python benchmarks/query_student.py [--collections scifact] [--epochs 8]
+
+Prints a table and writes benchmarks/results/query_student.json. Settings: benchmarks/configs/query_student.toml.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encoded_cache import load_model  # noqa: E402
+from lookup_queries import StatesCollection, table  # noqa: E402
+from settings import ROOT, comma_list, parse_args, record  # noqa: E402
+
+from uhdsearch.encoder.lookup_corpus import split_sentences  # noqa: E402
+from uhdsearch.encoder.winners import pooled_csr  # noqa: E402
+from uhdsearch.evaluation.datasets import load_beir, load_corpus  # noqa: E402
+from uhdsearch.sparse import SparseEncoding  # noqa: E402
+
+OUT_JSON = ROOT / "benchmarks" / "results" / "query_student.json"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class Student(torch.nn.Module):
+    """The backbone's embeddings and first `layers` transformer layers (copied, then trained) and a linear head
+    started at the identity: at step 0 it gives layer `layers`'s own states."""
+
+    def __init__(self, backbone, layers: int) -> None:
+        super().__init__()
+        if not 0 < layers < backbone.n_layers:
+            raise ValueError(f"layers={layers}: a student keeps 1..{backbone.n_layers - 1} of the backbone's layers")
+        self.model = copy.deepcopy(backbone.model)
+        self.model.encoder.layer = self.model.encoder.layer[:layers]
+        self.model.config.num_hidden_layers = layers
+        hidden = backbone.hidden_size
+        self.head = torch.nn.Linear(hidden, hidden)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.eye(hidden))
+            self.head.bias.zero_()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.head(self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
+
+
+def distill(model, student: Student, sentences: list[str], epochs: int, lr: float, batch_size: int,
+            seed: int) -> list[float]:
+    """Train `student` to give the model's last-layer token states of `sentences` (as queries); mean loss per epoch.
+
+    The teacher's states are computed once (a frozen backbone's states never change). The student's layers take
+    `lr`, its new head 10x that, on one-cycle schedules."""
+    if len(model.layers) != 1:
+        raise ValueError(f"a student gives one layer's states; this model has buckets on layers {model.layers}")
+    teacher = model.token_states(sentences, "query", show_progress=False)
+    tokenizer_max = model.config.query_max_length
+    optimizer = torch.optim.AdamW([{"params": student.model.parameters(), "lr": lr},
+                                   {"params": student.head.parameters(), "lr": 10 * lr}], weight_decay=0.01)
+    steps_per_epoch = len(sentences) // batch_size
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=[lr, 10 * lr], pct_start=0.1,
+                                                   total_steps=max(1, epochs * steps_per_epoch))
+    rng = np.random.default_rng(seed)
+    losses = []
+    student.train()
+    for _ in range(epochs):
+        order, total = rng.permutation(len(sentences)), 0.0
+        for step in range(steps_per_epoch):
+            rows = order[step * batch_size:(step + 1) * batch_size]
+            batch = model.backbone.tokenize([sentences[r] for r in rows], tokenizer_max)
+            mask = batch["attention_mask"].bool()
+            (target,), _ = teacher.gather(rows, model.layers)  # packed in the mask's row-major order
+            loss = ((student(batch["input_ids"], batch["attention_mask"])[mask] - target.float()) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            total += loss.item()
+        losses.append(round(total / max(1, steps_per_epoch), 5))
+        log(f"  epoch {len(losses)}: loss {losses[-1]:.4f}")
+    student.eval()
+    return losses
+
+
+def encode_with(model, student, texts: list[str], batch_size: int = 64) -> SparseEncoding:
+    """Queries as the full encoder pools them, from the states `student(input_ids, attention_mask)` gives."""
+    wta = model.buckets.wta[str(model.layers[0])]
+    dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+    parts = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch_size):
+            batch = model.backbone.tokenize(texts[start:start + batch_size], model.config.query_max_length)
+            mask = batch["attention_mask"].bool()
+            states = student(batch["input_ids"], batch["attention_mask"])[mask]
+            values, dims = wta(states, model.config.wta_k, dtype)
+            parts.append(pooled_csr(values, dims, torch.nonzero(mask, as_tuple=True)[0], mask.shape[0], wta.dim))
+    return SparseEncoding([sp.vstack(parts, format="csr")])
+
+
+def score_rows(collection: StatesCollection, split: str, encodings: dict, max_dfs: list[float]) -> list[dict]:
+    ids, full, qrels = collection.split(split)
+    rows = []
+    for side, queries in [("full encoder", full), *encodings.items()]:
+        for max_df in max_dfs:
+            row = collection.score(ids, queries, qrels, max_df, 100)
+            rows.append({"collection": collection.data_dir.name, "split": split, "queries": side,
+                         "query_dims": row["query_dims"], "max_df": max_df, "binary": row["binary"],
+                         "binary-idf4": row["binary-idf4"]})
+    return rows
+
+
+def encode_ms(encode, texts: list[str]) -> float:
+    times = []
+    with torch.inference_mode():
+        for text in texts[:10] + texts:  # the first ten warm up
+            t0 = time.perf_counter()
+            encode(text)
+            times.append(1e3 * (time.perf_counter() - t0))
+    return round(float(np.median(times[10:])), 3)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model")
+    parser.add_argument("--collections", type=comma_list())
+    parser.add_argument("--layers", type=int, help="backbone layers the student keeps")
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--lr", type=float)
+    args, config, settings = parse_args(parser, "query_student", argv)
+    start = time.time()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model = load_model(args.model, args.data_root, args.seed)
+    model.eval()
+    result = {"script": "benchmarks/query_student.py", **record(config, settings), "model_digest": model.digest(),
+              "rows": [], "training": {}}
+    for name in args.collections:
+        data_dir = ROOT / args.data_root / name
+        collection = StatesCollection(model, data_dir, args.corpus_docs.get(name), args.seed)
+        corpus = load_corpus(data_dir / "corpus.jsonl")
+        sentences = split_sentences([corpus[d].full_text for d in collection.doc_ids])
+        student = Student(model.backbone, args.layers)
+        t0 = time.perf_counter()
+        log(f"{name}: distilling a {args.layers}-layer student on {len(sentences):,} sentences")
+        losses = distill(model, student, sentences, args.epochs, args.lr, args.batch_size, args.seed)
+        result["training"][name] = {"sentences": len(sentences), "epoch_losses": losses,
+                                    "seconds": round(time.perf_counter() - t0, 1)}
+        splits = ["train", "test"] if name == "scifact" else ["test"]
+        for split in splits:
+            ids, _, _ = collection.split(split)
+            texts = {q.query_id: q.text for q in load_beir(data_dir, split).queries}
+            student_queries = encode_with(model, student, [texts[q] for q in ids])
+            result["rows"] += score_rows(collection, split, {f"student, {args.layers} layers": student_queries},
+                                         [1.0, args.max_df])
+        if name == args.collections[0]:
+            timed = [q.text for q in load_beir(data_dir, "test").queries][:args.n_timed]
+            result["encode_p50_ms"] = {
+                "full encoder (torch)": encode_ms(lambda t: model.encode_query([t]), timed),
+                f"student, {args.layers} layers (torch)": encode_ms(lambda t: encode_with(model, student, [t]),
+                                                                    timed)}
+    print(table(result["rows"]))
+    for side, ms in result.get("encode_p50_ms", {}).items():
+        print(f"encode p50, one query at a time: {side} {ms:.2f} ms")
+    result["wall_s"] = round(time.time() - start, 1)
+    OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {OUT_JSON} ({result['wall_s']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
