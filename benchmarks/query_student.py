@@ -70,8 +70,9 @@ def distill(model, student: Student, sentences: list[str], epochs: int, lr: floa
 
     The teacher's states are computed once (a frozen backbone's states never change). The student's layers take
     `lr`, its new head 10x that, on one-cycle schedules."""
-    if len(model.layers) != 1:
-        raise ValueError(f"a student gives one layer's states; this model has buckets on layers {model.layers}")
+    if len(model.layers) != 1 or model.config.query_k is not None:
+        raise ValueError(f"a student gives one layer's states to a query side that keeps every winner; this model "
+                         f"has buckets on layers {model.layers} and query_k {model.config.query_k}")
     teacher = model.token_states(sentences, "query", show_progress=False)
     tokenizer_max = model.config.query_max_length
     optimizer = torch.optim.AdamW([{"params": student.model.parameters(), "lr": lr},
