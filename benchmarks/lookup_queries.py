@@ -154,11 +154,19 @@ def variants(model, collection: StatesCollection, keeps: list[int], query_tokens
 
 
 def score_split(model, collection: StatesCollection, split: str, encoders: dict, max_dfs: list[float]) -> list[dict]:
-    ids, full, qrels = collection.split(split)
+    """Rows of the full encoder and of each named query encoder on the split's queries."""
+    ids, full, _ = collection.split(split)
     texts = {q.query_id: q.text for q in load_beir(collection.data_dir, split).queries}
+    encodings = {"full encoder": full, **{name: encoder.encode([texts[q] for q in ids])
+                                          for name, encoder in encoders.items()}}
+    return score_encodings(collection, split, encodings, max_dfs)
+
+
+def score_encodings(collection: StatesCollection, split: str, encodings: dict, max_dfs: list[float]) -> list[dict]:
+    """One row per (named encoding of the split's queries, max_df): binary and 4-bit IDF nDCG@10."""
+    ids, _, qrels = collection.split(split)
     rows = []
-    for side, encoder in [("full encoder", None), *encoders.items()]:
-        queries = full if encoder is None else encoder.encode([texts[q] for q in ids])
+    for side, queries in encodings.items():
         for max_df in max_dfs:
             row = collection.score(ids, queries, qrels, max_df, 100)
             rows.append({"collection": collection.data_dir.name, "split": split, "queries": side,
@@ -211,17 +219,17 @@ def ceiling_batch(model, tokens: torch.Tensor, token_ids: np.ndarray, token_text
     return pooled_csr(values, dims, token_text[positions], n_texts, wta.dim)
 
 
-def ceiling_encoding(model, collection: StatesCollection, split: str, keep: int | None,
+def ceiling_encoding(model, collection: StatesCollection, split: str, keep: int | None, fallback: sp.csr_matrix,
                      batch: int = 64) -> SparseEncoding:
     """The split's queries by the full encoder's token states, [CLS] and [SEP] left out, each token's winners chosen
-    among its table row's `keep` largest dims (None: among all dims, the full encoder without [CLS] and [SEP])."""
+    among its table row's `keep` largest dims (None: among all dims, the full encoder without [CLS] and [SEP]);
+    fallback: the context-free rows (build_table) of tokens the sentences lack."""
     ids, _, _ = collection.split(split)
     states, token_ids, _ = token_states(model, collection.data_dir, "query")
     rows = np.array([collection.row_of[q] for q in ids])
     candidates = None
     if keep is not None:
-        unigrams = collection.sentence_table.tables("winners", keep, fallback=build_table(
-            model, token_ids=query_tokens(model, collection, split)))[0]
+        unigrams = collection.sentence_table.tables("winners", keep, fallback=[fallback])[0]
         pairs = collection.sentence_table.neighbours.rows(keep)[0]
         candidates = lambda ids, positions: pairs.token_rows(ids, positions, unigrams, keep)  # noqa: E731
     parts = []
@@ -234,18 +242,10 @@ def ceiling_encoding(model, collection: StatesCollection, split: str, keep: int 
 
 
 def ceiling_rows(model, collection: StatesCollection, split: str, keeps: list[int], max_dfs: list[float]) -> list[dict]:
-    ids, _, qrels = collection.split(split)
-    rows = []
-    for keep in [None, *keeps]:
-        queries = ceiling_encoding(model, collection, split, keep)
-        for max_df in max_dfs:
-            row = collection.score(ids, queries, qrels, max_df, 100)
-            rows.append({"collection": collection.data_dir.name, "split": split,
-                         "queries": "full, no [CLS]/[SEP]" if keep is None else f"ceiling, row's top {keep}",
-                         "query_dims": row["query_dims"], "max_df": max_df, "binary": row["binary"],
-                         "binary-idf4": row["binary-idf4"]})
-            log(json.dumps(rows[-1]))
-    return rows
+    (fallback,) = build_table(model, token_ids=query_tokens(model, collection, split))
+    encodings = {"full, no [CLS]/[SEP]" if keep is None else f"ceiling, row's top {keep}":
+                 ceiling_encoding(model, collection, split, keep, fallback) for keep in [None, *keeps]}
+    return score_encodings(collection, split, encodings, max_dfs)
 
 
 def table(rows: list[dict]) -> str:

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encoded_cache import load_model  # noqa: E402
-from lookup_queries import StatesCollection, table  # noqa: E402
+from lookup_queries import StatesCollection, score_encodings, table  # noqa: E402
 from settings import ROOT, comma_list, parse_args, record  # noqa: E402
 
 from uhdsearch.encoder.lookup_corpus import split_sentences  # noqa: E402
@@ -117,18 +117,6 @@ def encode_with(model, student, texts: list[str], batch_size: int = 64) -> Spars
     return SparseEncoding([sp.vstack(parts, format="csr")])
 
 
-def score_rows(collection: StatesCollection, split: str, encodings: dict, max_dfs: list[float]) -> list[dict]:
-    ids, full, qrels = collection.split(split)
-    rows = []
-    for side, queries in [("full encoder", full), *encodings.items()]:
-        for max_df in max_dfs:
-            row = collection.score(ids, queries, qrels, max_df, 100)
-            rows.append({"collection": collection.data_dir.name, "split": split, "queries": side,
-                         "query_dims": row["query_dims"], "max_df": max_df, "binary": row["binary"],
-                         "binary-idf4": row["binary-idf4"]})
-    return rows
-
-
 def encode_ms(encode, texts: list[str]) -> float:
     times = []
     with torch.inference_mode():
@@ -167,11 +155,11 @@ def main(argv: list[str] | None = None) -> None:
                                     "seconds": round(time.perf_counter() - t0, 1)}
         splits = ["train", "test"] if name == "scifact" else ["test"]
         for split in splits:
-            ids, _, _ = collection.split(split)
+            ids, full, _ = collection.split(split)
             texts = {q.query_id: q.text for q in load_beir(data_dir, split).queries}
             student_queries = encode_with(model, student, [texts[q] for q in ids])
-            result["rows"] += score_rows(collection, split, {f"student, {args.layers} layers": student_queries},
-                                         [1.0, args.max_df])
+            result["rows"] += score_encodings(collection, split, {"full encoder": full, f"student, {args.layers} "
+                                                                  f"layers": student_queries}, [1.0, args.max_df])
         if name == args.collections[0]:
             timed = [q.text for q in load_beir(data_dir, "test").queries][:args.n_timed]
             result["encode_p50_ms"] = {
