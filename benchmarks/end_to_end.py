@@ -102,7 +102,13 @@ def lookup_encoder(model: UHDEncoder, args, queries: list[str]):
     pairs = table.neighbours.rows(args.lookup_keep) if table.neighbours is not None else None
     lookup = LookupEncoder(tables, model.backbone.tokenizer, model.config, model.digest(), args.lookup_specials,
                            neighbours=pairs, keep=args.lookup_keep if pairs else None)
-    return lookup, f"{args.lookup_summary}, keep {args.lookup_keep}, [CLS]/[SEP] rows {args.lookup_specials}, " \
+    voted = None
+    if args.vote_winners and pairs is not None:  # the context vote (benchmarks/lookup_vote.py's choice)
+        voted = LookupEncoder(table.tables(args.lookup_summary, args.vote_keep, fallback=alone),
+                              model.backbone.tokenizer, model.config, model.digest(),
+                              neighbours=table.neighbours.rows(args.vote_keep), keep=args.vote_keep, vote=args.vote,
+                              winners=args.vote_winners)
+    return lookup, voted, f"{args.lookup_summary}, keep {args.lookup_keep}, [CLS]/[SEP] rows {args.lookup_specials}, " \
                    f"from {len(rows)} SciFact documents' {args.lookup_contexts}" + \
                    (", neighbour pairs" if pairs else "")
 
@@ -219,10 +225,13 @@ def main() -> None:
     queries = [q.text for q in load_beir(bundled_dataset_dir("scifact"), split="test").queries][: args.n_queries]
     if args.runtime == "onnx":  # after any document encoding: ONNX Runtime pays off for short inputs only
         model.use_onnx_runtime(threads=args.threads)
-    lookup, table_source = lookup_encoder(model, args, queries)
+    lookup, voted, table_source = lookup_encoder(model, args, queries)
 
     encoders = {"full encoder": lambda t: model.encode_query([t], query_k=query_k),
                 "inference-free": lambda t: lookup.encode([t])}
+    if voted is not None:
+        encoders[f"inference-free, vote {args.vote:g} ({args.vote_winners} of {args.vote_keep})"] = \
+            lambda t: voted.encode([t])
     if model.config.query_k is None and query_k is None:  # the legacy path keeps every active dim
         encoders["full, pre-issue-21"] = lambda t: legacy_encode(model, t)
     rows = time_queries(encoders, index, queries, args.threads)

@@ -22,7 +22,9 @@ FORMER = {
                    "runtime": "onnx", "model": "out/quickstart/model", "index": "synthetic", "seed": 0,
                    "work_dir": "out/end_to_end", "data_root": "../shared/data", "lookup_summary": "winners",
                    "lookup_keep": 20, "lookup_specials": False, "table_docs": 1000, "lookup_contexts": "sentences",
-                   "lookup_neighbours": True},
+                   "lookup_neighbours": True,
+                   # session 18: the context vote timed beside the table (benchmarks/lookup_vote.py's choice)
+                   "vote_keep": 640, "vote": 1.0, "vote_winners": 40},
     "encoding_speed": {"n_docs": 256, "doc_length": 256, "repeats": 3, "dims": [32_768, 81_920],  # "32768,81920"
                        # in code: the dtypes looped over, EncoderConfig(wta_k=80, query_k=100), data.queries[:50],
                        # and batches of 32 for the backbone and encode_document

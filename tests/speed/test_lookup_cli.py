@@ -65,9 +65,28 @@ def test_sentence_contexts_differ_from_document_contexts(built, scifact_mini_dir
     assert len(sentences) > 3 * len(texts) and all(len(s.split()) >= 4 for s in sentences)
 
 
+def test_lookup_with_a_context_vote(built, scifact_mini_dir, cli):
+    root, model, index = built
+    code, out, err = cli(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir), "--keep", "16",
+                          "--documents", "20", "--vote", "0.5", "--winners", "4"])
+    assert code == 0 and "each query token keeps 4, voted with weight 0.5" in out, err
+    loaded = LookupEncoder.load(root / "model", model)
+    assert (loaded.keep, loaded.vote, loaded.winners) == (16, 0.5, 4)
+    query = loaded.encode([QUERY]).buckets[0]
+    words = len(model.backbone.tokenizer(QUERY, add_special_tokens=False)["input_ids"])
+    assert 0 < query.nnz <= 4 * words  # at most `winners` dims for each token
+    code, out, err = cli(["search", "--model", str(root / "model"), "--index", str(root / "index"),
+                          "--query", QUERY, "--k", "5", "--lookup"])
+    assert code == 0 and out == format_run(Searcher(loaded, index).search({"q1": QUERY}, k=5)), err
+
+
 @pytest.mark.parametrize("extra, words", [(["--summary", "best"], "--summary 'best'"), (["--keep", "0"], "--keep 0"),
                                           (["--contexts", "paragraphs"], "--contexts 'paragraphs'"),
-                                          (["--contexts", "documents", "--neighbours"], "--neighbours learns")])
+                                          (["--contexts", "documents", "--neighbours"], "--neighbours learns"),
+                                          (["--vote", "0.5"], "--vote and --winners come together"),
+                                          (["--no-neighbours", "--vote", "0.5", "--winners", "4"], "with --neighbours"),
+                                          (["--keep", "8", "--vote", "0.5", "--winners", "9"], "winners=9"),
+                                          (["--vote", "-1", "--winners", "4"], "vote=-1.0")])
 def test_lookup_refuses_bad_options(built, scifact_mini_dir, extra, words, cli):
     root, _, _ = built
     code, out, err = cli(["lookup", "--model", str(root / "model"), "--data", str(scifact_mini_dir), *extra])

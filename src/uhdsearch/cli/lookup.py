@@ -24,6 +24,10 @@ def lookup(
                                               "neighbours (default: with sentences; chosen on SciFact train). "
                                               "Memory grows with the corpus: 4.7 GB for SciFact's 5,183 "
                                               "abstracts; --documents bounds it."),
+    vote: Optional[float] = typer.Option(None, "--vote", help="With --neighbours: a token's --keep dims become "
+                                         "candidates, scored by its row plus VOTE x the query's other tokens' "
+                                         "rows; it keeps the --winners best (a context choice, no network)."),
+    winners: Optional[int] = typer.Option(None, "--winners", help="Dims each query token keeps with --vote."),
     documents: int = typer.Option(0, "--documents", help="Learn from the first N documents only (0: all)."),
     context_free: bool = typer.Option(False, "--context-free", help="Give tokens the corpus lacks their "
                                       "context-free row ([CLS] token [SEP]; a pass over the vocabulary, minutes)."),
@@ -31,6 +35,7 @@ def lookup(
     """Build MODEL/query_lookup.npz: an inference-free query encoder learned from the corpus's token contexts."""
     from uhdsearch.encoder.lookup import LookupEncoder, build_table
     from uhdsearch.encoder.lookup_corpus import SUMMARIES, CorpusTable
+    from uhdsearch.encoder.lookup_vote import check_vote
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_corpus
 
@@ -42,8 +47,11 @@ def lookup(
         neighbours = contexts == "sentences"
     if neighbours and contexts != "sentences":
         raise UsageError("--neighbours learns from sentences: give --contexts sentences, or --no-neighbours")
+    if (vote is None) != (winners is None) or (vote is not None and not neighbours):
+        raise UsageError("--vote and --winners come together, and with --neighbours")
     if keep < 1 or documents < 0:
         raise UsageError(f"--keep {keep} must be >= 1 and --documents {documents} >= 0")
+    check_vote(vote, winners, keep)  # before the corpus pass, not after it
     encoder = UHDEncoder.from_pretrained(model)
     corpus = list(load_corpus(data / "corpus.jsonl").values())
     texts = [d.full_text for d in (corpus[:documents] if documents else corpus)]
@@ -53,9 +61,10 @@ def lookup(
     lookup_encoder = LookupEncoder(table.tables(summary, keep, fallback=fallback), encoder.backbone.tokenizer,
                                    encoder.config, encoder.digest(),
                                    neighbours=table.neighbours.rows(keep) if neighbours else None,
-                                   keep=keep if neighbours else None)
+                                   keep=keep if neighbours else None, vote=vote, winners=winners)
     path = lookup_encoder.save(model)
     seen = int((table.occurrences > 0).sum())
     pairs = sum(r.left_keys.shape[0] + r.right_keys.shape[0] for r in lookup_encoder.neighbours or [])
     typer.echo(f"wrote {path}: {seen:,} tokens" + (f" and {pairs:,} neighbour pairs (winners)" if neighbours else "")
-               + f" learned from {len(texts):,} documents' {contexts} ({summary}, {keep} dims a row)")
+               + f" learned from {len(texts):,} documents' {contexts} ({summary}, {keep} dims a row"
+               + (f"; each query token keeps {winners}, voted with weight {vote:g})" if vote is not None else ")"))

@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from uhdsearch.encoder.lookup_neighbours import NeighbourRows
+from uhdsearch.encoder.lookup_vote import check_vote, vote_pool
 from uhdsearch.errors import ModelFormatError, UsageError
 from uhdsearch.sparse import SparseEncoding
 
@@ -64,14 +65,19 @@ class LookupEncoder:
     """
 
     def __init__(self, tables: list[sp.csr_matrix], tokenizer, config, digest: str, specials: bool = False,
-                 neighbours: list[NeighbourRows] | None = None, keep: int | None = None) -> None:
+                 neighbours: list[NeighbourRows] | None = None, keep: int | None = None,
+                 vote: float | None = None, winners: int | None = None) -> None:
         """specials: queries include [CLS] and [SEP] (tables learned from a corpus have rows for them).
         neighbours: per bucket, rows of (token, neighbour) pairs (lookup_neighbours.py): a query token then gets
         the sum of its pairs' rows, cut to its `keep` largest dims, and its `tables` row only where neither pair
-        was seen."""
+        was seen. vote, winners (with neighbours): those `keep` dims are the token's candidates, of which it keeps
+        the `winners` that its own row and, weighted by `vote`, the query's other tokens' rows score highest
+        (lookup_vote.py)."""
         if neighbours is not None and (specials or not keep or len(neighbours) != len(tables)):
             raise UsageError("neighbour rows need one set per bucket, a positive keep and no [CLS]/[SEP] rows")
+        check_vote(vote, winners, keep if neighbours is not None else None)
         self.neighbours, self.keep = neighbours, keep
+        self.vote, self.winners = (float(vote), int(winners)) if vote is not None else (None, None)
         self.tables = [t.tocsr() for t in tables]
         self.tokenizer = tokenizer
         self.config = config
@@ -99,6 +105,8 @@ class LookupEncoder:
             arrays.update(_csr_arrays(f"b{b}", t))
         for b, rows in enumerate(self.neighbours or []):
             arrays["keep"], arrays["vocab"] = np.array(self.keep), np.array(rows.vocab)
+            if self.vote is not None:
+                arrays["vote"], arrays["winners"] = np.array(self.vote), np.array(self.winners)
             for side, keys, matrix in (("nl", rows.left_keys, rows.left), ("nr", rows.right_keys, rows.right)):
                 arrays.update({f"b{b}_{side}_keys": keys, **_csr_arrays(f"b{b}_{side}", matrix)})
         tmp = path.with_name(path.name + ".tmp.npz")
@@ -118,7 +126,7 @@ class LookupEncoder:
                 digest = str(z["digest"])
                 specials = bool(z["specials"]) if "specials" in z.files else False
                 tables = [_read_csr(z, f"b{b}", model.config.dim) for b in range(model.config.n_buckets)]
-                neighbours, keep = None, None
+                neighbours, keep, vote, winners = None, None, None, None
                 if "b0_nl_keys" in z.files:
                     keep, vocab = int(z["keep"]), int(z["vocab"])
                     if vocab != len(model.backbone.tokenizer) or keep < 1:  # pair keys encode the vocabulary size
@@ -127,11 +135,14 @@ class LookupEncoder:
                     neighbours = [NeighbourRows(vocab, z[f"b{b}_nl_keys"], _read_csr(z, f"b{b}_nl", model.config.dim),
                                                 z[f"b{b}_nr_keys"], _read_csr(z, f"b{b}_nr", model.config.dim))
                                   for b in range(model.config.n_buckets)]
-        except (KeyError, ValueError) as exc:
+                    if "vote" in z.files:  # tables written before the vote have none
+                        vote, winners = float(z["vote"]), int(z["winners"])
+                        check_vote(vote, winners, keep)
+        except (KeyError, ValueError, UsageError) as exc:
             raise ModelFormatError(f"{path} is not a valid lookup table: {exc}") from exc
         if digest != model.digest():
             raise ModelFormatError(f"{path} was built for model {digest}, not {model.digest()}; rebuild it")
-        return cls(tables, model.backbone.tokenizer, model.config, digest, specials, neighbours, keep)
+        return cls(tables, model.backbone.tokenizer, model.config, digest, specials, neighbours, keep, vote, winners)
 
     def encode(self, texts, kind: str = "query", **_) -> SparseEncoding:
         """Max-pool of the table rows of each text's tokens (special tokens left out); queries only."""
@@ -154,6 +165,9 @@ class LookupEncoder:
         ends = np.cumsum([len(x) for x in input_ids])
         positions = np.flatnonzero(~np.isin(ids, self._all_special))
         owner = np.searchsorted(ends, positions, side="right")  # the text of each position, ascending
+        if self.vote is not None:
+            return [vote_pool(rows.token_rows(ids, positions, table, self.keep), owner, len(input_ids), self.vote,
+                              self.winners) for rows, table in zip(self.neighbours, self.tables)]
         per_text = np.split(np.arange(positions.shape[0]), np.searchsorted(owner, np.arange(1, len(input_ids))))
         return [_max_pool(rows.token_rows(ids, positions, table, self.keep), per_text)
                 for rows, table in zip(self.neighbours, self.tables)]
