@@ -3,20 +3,16 @@ import numpy as np
 import pytest
 from lookup_vote import Encoders, label
 
-from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.lookup import LookupEncoder
 from uhdsearch.encoder.lookup_corpus import CorpusTable
-from uhdsearch.encoder.model import UHDEncoder
 
 TEXTS = ["vitamin d changes bone density in older women.", "bone loss rarely changes risk in mice.",
          "insulin signalling changes growth in older mice.", "heart failure strongly changes risk in women."]
 
 
 @pytest.fixture(scope="module")
-def model(tiny_backbone_dir):
-    config = EncoderConfig(dim=512, wta_k=8, query_k=None, bucket_layers=(-1,), query_max_length=16,
-                           wta_dtype="float32")
-    return UHDEncoder.new(tiny_backbone_dir, config).eval()
+def model(tiny_query_model):
+    return tiny_query_model
 
 
 def test_the_grid_encoders_are_lookup_encoders_over_one_table(model):

@@ -4,8 +4,6 @@ import pytest
 import torch
 from query_student import Student, distill, encode_with
 
-from uhdsearch.encoder.config import EncoderConfig
-from uhdsearch.encoder.model import UHDEncoder
 
 SENTENCES = [f"{a} {b} changes {c} in older {d}." for a in ("vitamin d", "bone loss", "heart failure", "insulin")
              for b in ("strongly", "rarely") for c in ("density", "risk", "growth", "signalling")
@@ -13,10 +11,8 @@ SENTENCES = [f"{a} {b} changes {c} in older {d}." for a in ("vitamin d", "bone l
 
 
 @pytest.fixture(scope="module")
-def model(tiny_backbone_dir):
-    config = EncoderConfig(dim=512, wta_k=8, query_k=None, bucket_layers=(-1,), query_max_length=16,
-                           wta_dtype="float32")
-    return UHDEncoder.new(tiny_backbone_dir, config).eval()
+def model(tiny_query_model):
+    return tiny_query_model
 
 
 def test_an_untrained_student_gives_its_last_kept_layer(model):
