@@ -60,7 +60,21 @@ def test_vote_pool_matches_the_definition(data):
     assert np.allclose(got, by_definition(rows, owner, 3, vote, winners), atol=1e-6)
 
 
-@pytest.mark.parametrize("vote, winners, keep, why", [(0.5, None, 8, "together"), (None, 4, 8, "together"),
+def test_explicit_zeros_are_no_candidates_and_bad_rows_are_refused():
+    zero_first = sp.csr_matrix((np.array([0.0, 1.0, 2.0], np.float32), (np.array([0, 1, 1]), np.array([1, 2, 3]))),
+                               shape=(2, 4))
+    got = vote_pool(zero_first, np.array([0, 0]), 1, 1.0, 2).toarray()
+    assert np.all(np.isfinite(got)) and np.flatnonzero(got[0]).tolist() == [2, 3]  # token 0 has no candidate
+    with pytest.raises(ValueError, match="finite values > 0"):
+        vote_pool(sp.csr_matrix(np.array([[1.0, -0.5]], np.float32)), np.array([0]), 1, 1.0, 1)
+    with pytest.raises(ValueError, match="one text number in 0..0 per row; got 1 for 2 rows"):
+        vote_pool(zero_first, np.array([0]), 1, 1.0, 1)
+    with pytest.raises(ValueError, match="got 2 for 2 rows"):
+        vote_pool(zero_first, np.array([0, 1]), 1, 1.0, 1)  # text 1 of one text
+
+
+@pytest.mark.parametrize("vote, winners, keep, why", [(0.5, 2.0, 8, "1..keep"), (0.5, True, 8, "1..keep"),
+                                                      (0.5, None, 8, "together"), (None, 4, 8, "together"),
                                                       (0.5, 4, None, "together"), (-1.0, 4, 8, "finite"),
                                                       (float("nan"), 4, 8, "finite"), (0.5, 9, 8, "1..keep"),
                                                       (0.5, 0, 8, "1..keep")])
@@ -91,7 +105,8 @@ def test_the_encoder_votes_over_its_neighbour_rows_and_keeps_the_vote_through_sa
     owner = np.searchsorted(np.cumsum([len(x) for x in encoded]), positions, side="right")
     candidates = rows[0].token_rows(ids, positions, unigrams[0], 8).toarray()
     assert np.allclose(got.toarray(), by_definition(candidates, owner, 2, 1.0, 3), atol=1e-6)
-    assert got.getnnz(axis=1).tolist() != plain.encode(queries).buckets[0].getnnz(axis=1).tolist()  # fewer dims
+    # at most 3 winners a token, where the plain rows keep up to 8
+    assert np.all(got.getnnz(axis=1) < plain.encode(queries).buckets[0].getnnz(axis=1))
     voted.save(tmp_path)
     again = LookupEncoder.load(tmp_path, model)
     assert (again.vote, again.winners) == (1.0, 3) and (again.encode(queries).buckets[0] != got).nnz == 0
@@ -100,6 +115,16 @@ def test_the_encoder_votes_over_its_neighbour_rows_and_keeps_the_vote_through_sa
     np.savez(tmp_path / "query_lookup.npz", **{**dict(np.load(tmp_path / "query_lookup.npz")),
                                                "vote": np.array(0.5), "winners": np.array(99)})
     with pytest.raises(ModelFormatError, match="query_lookup.npz.*winners=99"):
+        LookupEncoder.load(tmp_path, model)
+    arrays = dict(np.load(tmp_path / "query_lookup.npz"))
+    for broken, why in (({"vote": np.array([0.5, 1.0]), "winners": np.array(3)}, "vote .* is not one number"),
+                        ({"vote": np.array(0.5), "winners": np.array(2.7)}, "winners .*2.7.* is not one integer")):
+        np.savez(tmp_path / "query_lookup.npz", **{**arrays, **broken})
+        with pytest.raises(ModelFormatError, match=why):
+            LookupEncoder.load(tmp_path, model)
+    unigram_only = {k: v for k, v in arrays.items() if "_n" not in k and k not in ("keep", "vocab", "vote", "winners")}
+    np.savez(tmp_path / "query_lookup.npz", **unigram_only, vote=np.array(0.5), winners=np.array(3))
+    with pytest.raises(ModelFormatError, match="a context vote without neighbour rows"):
         LookupEncoder.load(tmp_path, model)
     with pytest.raises(UsageError, match="together"):
         LookupEncoder(unigrams, tok, model.config, model.digest(), vote=1.0, winners=3)  # no neighbour rows

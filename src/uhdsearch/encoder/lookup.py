@@ -136,9 +136,15 @@ class LookupEncoder:
                                                 z[f"b{b}_nr_keys"], _read_csr(z, f"b{b}_nr", model.config.dim))
                                   for b in range(model.config.n_buckets)]
                     if "vote" in z.files:  # tables written before the vote have none
+                        if z["vote"].shape or z["vote"].dtype.kind not in "fiu":
+                            raise ValueError(f"vote {z['vote']!r} is not one number")
+                        if z["winners"].shape or z["winners"].dtype.kind not in "iu":
+                            raise ValueError(f"winners {z['winners']!r} is not one integer")
                         vote, winners = float(z["vote"]), int(z["winners"])
                         check_vote(vote, winners, keep)
-        except (KeyError, ValueError, UsageError) as exc:
+                elif "vote" in z.files:
+                    raise ValueError("a context vote without neighbour rows")
+        except (KeyError, ValueError, TypeError, UsageError) as exc:
             raise ModelFormatError(f"{path} is not a valid lookup table: {exc}") from exc
         if digest != model.digest():
             raise ModelFormatError(f"{path} was built for model {digest}, not {model.digest()}; rebuild it")

@@ -26,14 +26,15 @@ def check_vote(vote: float | None, winners: int | None, keep: int | None) -> Non
         raise UsageError("a context vote needs neighbour rows, a vote weight and a number of winners together")
     if not np.isfinite(vote) or vote < 0:
         raise UsageError(f"vote={vote}: the other tokens' weight must be a finite number >= 0")
-    if not 1 <= winners <= keep:
+    if isinstance(winners, bool) or not isinstance(winners, (int, np.integer)) or not 1 <= winners <= keep:
         raise UsageError(f"winners={winners}: each token keeps 1..keep ({keep}) of its candidate dims")
 
 
 def vote_pool(rows: sp.csr_matrix, owner: np.ndarray, n_texts: int, vote: float, winners: int) -> sp.csr_matrix:
     """(n_texts, dim) CSR: each text's max-pool of its tokens' voted winners.
 
-    rows: one candidate row per token (values > 0); owner: each row's text (ascending).
+    rows: one candidate row per token (values > 0); owner: each row's text. The values are the vote scores, so they
+    grow with the number of tokens that point to a dim (searches binarize or re-weight them).
 
     Example (two tokens of one text; the second's row points to dim 2, so the first keeps dim 2 over dim 0; dim 2
     then scores 0.9 + 0.5 x 1.0 for the first token and 1.0 + 0.5 x 0.9 for the second, which the pool keeps):
@@ -43,8 +44,14 @@ def vote_pool(rows: sp.csr_matrix, owner: np.ndarray, n_texts: int, vote: float,
         >>> vote_pool(rows, np.array([0, 0]), 1, 0.0, 1).toarray().astype(float).round(2).tolist()
         [[1.0, 0.0, 1.0, 0.0]]
     """
-    rows = rows.tocsr()
+    rows = rows.tocsr(copy=True)
+    rows.eliminate_zeros()  # an explicit zero is no candidate (and would scale a row of zeros by 0)
     dim = rows.shape[1]
+    if owner.shape[0] != rows.shape[0] or (owner.shape[0] and not 0 <= owner.min() <= owner.max() < n_texts):
+        raise ValueError(f"owner: one text number in 0..{n_texts - 1} per row; got {owner.shape[0]} for "
+                         f"{rows.shape[0]} rows")
+    if np.any(rows.data < 0) or not np.all(np.isfinite(rows.data)):
+        raise ValueError("candidate rows hold finite values > 0 (the table's winner sums)")
     if rows.nnz == 0:
         return sp.csr_matrix((n_texts, dim), dtype=np.float32)
     entry_row = np.repeat(np.arange(rows.shape[0]), np.diff(rows.indptr))
