@@ -186,8 +186,9 @@ def _add_count(planes, cw, j, n_planes, n_w, count, n_count, carry):
 
 
 @numba.njit(cache=True)
-def accumulate_levels(bitmaps, bases, level_ptr, n_w, w0, n_planes, planes, cw, carry, scratch):
-    """Set planes to the per-document weighted counts for words w0..w0+n_w.
+def accumulate_levels(bitmaps, bases, level_ptr, n_w, w0, n_planes, planes, cw, carry, scratch, clear=True):
+    """Set planes to the per-document weighted counts for words w0..w0+n_w (clear=False: add them to the planes'
+    counts, which must leave room for the sum).
 
     bases[level_ptr[v - 1]:level_ptr[v]] are the bitmap row starts of the dims of weight v (1..MAX_LEVEL); plane
     j of word w is planes[j cw + w]. A weight with one set bit j adds each group's count at plane j directly;
@@ -197,8 +198,9 @@ def accumulate_levels(bitmaps, bases, level_ptr, n_w, w0, n_planes, planes, cw, 
     j..j+3, its deferred carries j+4..j+7). Scratch: carry (cw words); scratch (SCRATCH_PLANES cw): the
     deferred carries, 15 words for each of the 4 shifts, then the per-level counter.
     """
-    for j in range(n_planes):
-        planes[j * cw:j * cw + n_w] = 0
+    if clear:
+        for j in range(n_planes):
+            planes[j * cw:j * cw + n_w] = 0
     pending = scratch[:60 * cw]
     counter = scratch[60 * cw:SCRATCH_PLANES * cw]
     n_pending = np.zeros(4, np.int64)

@@ -10,7 +10,7 @@ from uhdsearch.index.kernels.bits import popcount
 from uhdsearch.index.kernels.comparator import sole_bucket_blocks
 from uhdsearch.index.kernels.heap import push
 from uhdsearch.index.kernels.levels import MAX_LEVEL, SCRATCH_PLANES, accumulate_levels
-from uhdsearch.index.kernels.lists import add_lists, first_block
+from uhdsearch.index.kernels.lists import add_lists, counted_as_row, first_block
 
 CHUNK = 131072  # documents per chunk (a multiple of 64): counters stay in L2, and each bitmap row is read
 # in 16 KB runs (4 KB runs, one page, left the hardware prefetcher cold: 1M docs 10.0 -> 8.8 ms per query)
@@ -33,6 +33,27 @@ def _order_by_level(bases, level_ptr, qdims, qvals, lo_j, hi_j, rows, words, qua
             fill[v - 1] += 1
             total += v
     return total
+
+
+@numba.njit(cache=True)
+def _list_row_slots(indptr, rows, qdims, qvals, lo_j, hi_j, c_off, quantized, n_documents, first, slots, level_ptr):
+    """Give each list dim of entries lo_j..hi_j that is counted as a row (lists.counted_as_row) its slot, from
+    `first` on, ordered by weight level; level_ptr (zeros in) gets the cumulative starts per level (relative to
+    `first`), as accumulate_levels reads them. Returns the next free slot."""
+    for j in range(lo_j, hi_j):
+        d = qdims[j]
+        if rows[d] < 0 and counted_as_row(indptr[d + 1] - indptr[d], n_documents):
+            level_ptr[np.int64(qvals[j]) if quantized else 1] += 1
+    for v in range(1, level_ptr.shape[0]):
+        level_ptr[v] += level_ptr[v - 1]
+    fill = level_ptr.copy()
+    for j in range(lo_j, hi_j):
+        d = qdims[j]
+        if rows[d] < 0 and counted_as_row(indptr[d + 1] - indptr[d], n_documents):
+            v = np.int64(qvals[j]) if quantized else 1
+            slots[j - c_off] = first + fill[v - 1]
+            fill[v - 1] += 1
+    return first + level_ptr[level_ptr.shape[0] - 1]
 
 
 @numba.njit(cache=True)
@@ -70,6 +91,11 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
     n_planes = np.zeros(n_buckets, np.int64)
     # each bucket's bitmap bases ordered by weight level, level v's at bases_ptr[b] + level_ptr[b, v - 1:v + 1]
     level_ptr = np.zeros((n_buckets, MAX_LEVEL + 1), np.int64)
+    # list dims counted as bitmap rows built per chunk (lists.py): entry e's row slot (or -1), each bucket's slots
+    # row_ptr[b]..row_ptr[b + 1] - 1 ordered by level (row_level_ptr[b], as level_ptr)
+    slots = np.full(qptr[n_buckets] - c_off, -1, np.int64)
+    row_ptr = np.zeros(n_buckets + 1, np.int64)
+    row_level_ptr = np.zeros((n_buckets, MAX_LEVEL + 1), np.int64)
     for b in range(n_buckets):
         rows = bitmap_rows[b]
         indptr = indptrs[b]
@@ -96,9 +122,12 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
         bases_ptr[b + 1] = at
         largest = _order_by_level(bases[bases_ptr[b]:at], level_ptr[b], qdims, qvals, qptr[b], qptr[b + 1], rows,
                                   words, quantized)  # the largest count the planes must hold
+        row_ptr[b + 1] = row_ptr[b] if weighted else _list_row_slots(
+            indptr, rows, qdims, qvals, qptr[b], qptr[b + 1], c_off, quantized, words * 64, row_ptr[b], slots,
+            row_level_ptr[b])
         n = 8  # an add at shift j writes planes j..j+3 and its pending carries j+4..j+7 (levels.py)
         for v in range(MAX_LEVEL, 0, -1):
-            if level_ptr[b, v] > level_ptr[b, v - 1]:
+            if level_ptr[b, v] > level_ptr[b, v - 1] or row_level_ptr[b, v] > row_level_ptr[b, v - 1]:
                 while (1 << (n - 7)) <= v:
                     n += 1
                 break
@@ -120,6 +149,8 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
             out_docs[i] = -1
             out_scores[i] = 0.0
         return
+    list_rows = np.empty(row_ptr[n_buckets] * chunk_words, np.uint64)
+    row_bases = np.arange(row_ptr[n_buckets]) * chunk_words
     for c0 in range(lo, hi, chunk):
         c1 = min(c0 + chunk, hi)
         m = c1 - c0
@@ -135,7 +166,7 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
                 values[:m] = 0.0
                 add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
                           weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
-                          True, False, values, planes, 0, chunk_words, 0)
+                          True, False, values, planes, 0, chunk_words, 0, slots, list_rows, False)
                 if bases_ptr[b + 1] > bases_ptr[b]:
                     add_bitmaps_weighted(bitmaps[b], weights[b], indptrs[b], bitmap_rows[b], qdims, qvals, qptr[b],
                                          qptr[b + 1], cursor, c_off, n_w, w0, words, values)
@@ -146,16 +177,26 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
             if not (b == sole and comparator):  # the per-word path extracts counts from the planes into these
                 counts[b * chunk:b * chunk + m] = 0
             q = b * chunk_words * MAX_PLANES
+            r0, r1 = row_ptr[b], row_ptr[b + 1]
+            if r1 > r0:  # the long list dims' postings of this chunk as bitmap rows
+                list_rows[r0 * chunk_words:r1 * chunk_words] = 0
+                add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
+                          weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
+                          False, quantized, values, planes, q, chunk_words, n_planes[b], slots, list_rows, True)
             if bases_ptr[b + 1] > bases_ptr[b]:
                 accumulate_levels(bitmaps[b], bases[bases_ptr[b]:bases_ptr[b + 1]], level_ptr[b], n_w, w0,
                                   n_planes[b], planes[q:q + chunk_words * MAX_PLANES], chunk_words, carry,
                                   scratch[:SCRATCH_PLANES * chunk_words])
             else:
                 planes[q:q + n_planes[b] * chunk_words] = 0
-            # after the bitmaps (which set the planes): the list dims' postings add into the same counters
+            if r1 > r0:
+                accumulate_levels(list_rows, row_bases[r0:r1], row_level_ptr[b], n_w, 0, n_planes[b],
+                                  planes[q:q + chunk_words * MAX_PLANES], chunk_words, carry,
+                                  scratch[:SCRATCH_PLANES * chunk_words], False)
+            # after the adder (which sets the planes): the other list dims' postings add into the same counters
             add_lists(indptrs[b], bitmap_rows[b], block_ptrs[b], payload_ptrs[b], blocks[b], payloads[b],
                       weights[b], qdims, qvals, qptr[b], qptr[b + 1], cursor, position, pending, c_off, c0, c1,
-                      False, quantized, values, planes, q, chunk_words, n_planes[b])
+                      False, quantized, values, planes, q, chunk_words, n_planes[b], slots, list_rows, False)
         if weighted:
             for i in range(m):
                 score = total[i]
