@@ -15,6 +15,7 @@ from uhdsearch.index.kernels.lists import add_lists, counted_as_row, first_block
 CHUNK = 131072  # documents per chunk (a multiple of 64): counters stay in L2, and each bitmap row is read
 # in 16 KB runs (4 KB runs, one page, left the hardware prefetcher cold: 1M docs 10.0 -> 8.8 ms per query)
 SCRATCH_WORDS = SCRATCH_PLANES * CHUNK // 64
+MAX_LIST_ROW_WORDS = 1 << 17  # a query's per-chunk list rows (lists.py) take at most 1 MiB per bucket (or 16 rows)
 
 
 @numba.njit(cache=True)
@@ -36,24 +37,35 @@ def _order_by_level(bases, level_ptr, qdims, qvals, lo_j, hi_j, rows, words, qua
 
 
 @numba.njit(cache=True)
-def _list_row_slots(indptr, rows, qdims, qvals, lo_j, hi_j, c_off, quantized, n_documents, first, slots, level_ptr):
-    """Give each list dim of entries lo_j..hi_j that is counted as a row (lists.counted_as_row) its slot, from
-    `first` on, ordered by weight level; level_ptr (zeros in) gets the cumulative starts per level (relative to
-    `first`), as accumulate_levels reads them. Returns the next free slot."""
+def _list_row_slots(indptr, rows, qdims, qvals, lo_j, hi_j, c_off, quantized, n_documents, first, most, slots,
+                    level_ptr):
+    """Give the list dims of entries lo_j..hi_j that are counted as rows (lists.counted_as_row; the `most` longest
+    when more qualify, so a query's row buffer stays bounded) a slot each, from `first` on, ordered by weight level;
+    level_ptr (zeros in) gets the cumulative starts per level (relative to `first`), as accumulate_levels reads
+    them. Returns the next free slot."""
+    entries = np.empty(hi_j - lo_j, np.int64)
+    lengths = np.empty(hi_j - lo_j, np.int64)
+    n = 0
     for j in range(lo_j, hi_j):
         d = qdims[j]
         if rows[d] < 0 and counted_as_row(indptr[d + 1] - indptr[d], n_documents):
-            level_ptr[np.int64(qvals[j]) if quantized else 1] += 1
+            entries[n] = j
+            lengths[n] = indptr[d + 1] - indptr[d]
+            n += 1
+    if n > most:  # the longest lists save the most postings; ties to the earlier entry
+        keep = np.argsort(-lengths[:n], kind="mergesort")[:most]
+        entries[:most] = np.sort(entries[:n][keep])
+        n = most
+    for i in range(n):
+        level_ptr[np.int64(qvals[entries[i]]) if quantized else 1] += 1
     for v in range(1, level_ptr.shape[0]):
         level_ptr[v] += level_ptr[v - 1]
     fill = level_ptr.copy()
-    for j in range(lo_j, hi_j):
-        d = qdims[j]
-        if rows[d] < 0 and counted_as_row(indptr[d + 1] - indptr[d], n_documents):
-            v = np.int64(qvals[j]) if quantized else 1
-            slots[j - c_off] = first + fill[v - 1]
-            fill[v - 1] += 1
-    return first + level_ptr[level_ptr.shape[0] - 1]
+    for i in range(n):
+        v = np.int64(qvals[entries[i]]) if quantized else 1
+        slots[entries[i] - c_off] = first + fill[v - 1]
+        fill[v - 1] += 1
+    return first + n
 
 
 @numba.njit(cache=True)
@@ -122,9 +134,9 @@ def search_range(indptrs, bitmap_rows, bitmaps, block_ptrs, payload_ptrs, blocks
         bases_ptr[b + 1] = at
         largest = _order_by_level(bases[bases_ptr[b]:at], level_ptr[b], qdims, qvals, qptr[b], qptr[b + 1], rows,
                                   words, quantized)  # the largest count the planes must hold
-        row_ptr[b + 1] = row_ptr[b] if weighted else _list_row_slots(
-            indptr, rows, qdims, qvals, qptr[b], qptr[b + 1], c_off, quantized, words * 64, row_ptr[b], slots,
-            row_level_ptr[b])
+        row_ptr[b + 1] = row_ptr[b] if weighted or bucket_weights[b] == 0.0 else _list_row_slots(
+            indptr, rows, qdims, qvals, qptr[b], qptr[b + 1], c_off, quantized, words * 64, row_ptr[b],
+            max(16, MAX_LIST_ROW_WORDS // chunk_words), slots, row_level_ptr[b])
         n = 8  # an add at shift j writes planes j..j+3 and its pending carries j+4..j+7 (levels.py)
         for v in range(MAX_LEVEL, 0, -1):
             if level_ptr[b, v] > level_ptr[b, v - 1] or row_level_ptr[b, v] > row_level_ptr[b, v - 1]:
