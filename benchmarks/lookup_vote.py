@@ -108,9 +108,8 @@ def main(argv: list[str] | None = None) -> None:
                                best["queries"]: encoders.entries(keep)}
     texts = {q.query_id: q.text for q in load_beir(dev.data_dir, "test").queries}
     timed = [texts[q] for q in dev.split("test")[0][:args.n_timed]]
-    result["encode_p50_ms"] = {name: encode_ms(lambda t, e=e: e.encode([t]), timed) for name, e in
-                               ((label(args.shipped_keep, None, None), encoders.encoder(args.shipped_keep)),
-                                (best["queries"], encoders.encoder(keep, winners, vote)))}
+    result["encode_p50_ms"] = {name: encode_ms(lambda t, e=grid[name]: e.encode([t]), timed)
+                               for name in (label(args.shipped_keep, None, None), best["queries"])}
     result["rows"] = []
     for name in args.collections:
         collection = dev if name == choose_name else StatesCollection(

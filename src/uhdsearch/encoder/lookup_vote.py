@@ -54,8 +54,8 @@ def vote_pool(rows: sp.csr_matrix, owner: np.ndarray, n_texts: int, vote: float,
         raise ValueError("candidate rows hold finite values > 0 (the table's winner sums)")
     if rows.nnz == 0:
         return sp.csr_matrix((n_texts, dim), dtype=np.float32)
-    entry_row = np.repeat(np.arange(rows.shape[0]), np.diff(rows.indptr))
     lengths = np.diff(rows.indptr)
+    entry_row = np.repeat(np.arange(rows.shape[0]), lengths)
     top = np.maximum.reduceat(rows.data, rows.indptr[:-1][lengths > 0])  # each non-empty row's largest value
     scaled = rows.data / np.repeat(top, lengths[lengths > 0])
     # the text's column sums of scaled rows, one per (text, dim) key; a token's context leaves itself out
