@@ -1,8 +1,6 @@
 """Fixtures for the scale tests: a saved tiny model, one local Ray cluster (2 CPUs) for the whole session."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 
@@ -19,8 +17,6 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     from uhdsearch.scale.cluster import connect
 
-    # Ray waits 30 s for its GCS server to start, which a loaded 2-core machine can exceed.
-    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "180")
     connect(None, num_cpus=2)
     yield ray
     ray.shutdown()
