@@ -1,7 +1,7 @@
 """End-to-end latency (query encoding + search, as the paper's Table 3 counts it): full encoder and inference-free.
 
-Real SciFact test queries, one at a time: encode (the full encoder with the ONNX Runtime backbone, or the
-inference-free lookup table), then exact binary top-10. bm25s over real dictionary text of the same size, with the
+Real SciFact test queries, one at a time: encode (the full encoder with the ONNX Runtime backbone, the
+inference-free lookup table, the context vote, or the distilled query student), then exact binary top-10. bm25s over real dictionary text of the same size, with the
 same queries (tokenization included), is the peer in the same run.
 
 The index: `index = "synthetic"` (default) is the 100k-document synthetic index of benchmarks/search_speed.py,
@@ -232,6 +232,12 @@ def main() -> None:
     if voted is not None:
         encoders[f"inference-free, vote {args.vote:g} ({args.vote_winners} of {args.vote_keep})"] = \
             lambda t: voted.encode([t])
+    if args.student:  # a distilled query student (encoder/query_student.py), in the same runtime as the backbone
+        from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder
+
+        loaded = QueryStudent.load(ROOT / args.student, model.backbone)
+        student = StudentQueryEncoder(model, loaded, onnx=args.runtime == "onnx", threads=args.threads)
+        encoders[f"query student, {loaded.layers} layers"] = lambda t: student.encode([t]).truncate(query_k)
     if model.config.query_k is None and query_k is None:  # the legacy path keeps every active dim
         encoders["full, pre-issue-21"] = lambda t: legacy_encode(model, t)
     rows = time_queries(encoders, index, queries, args.threads)

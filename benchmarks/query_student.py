@@ -10,8 +10,10 @@ test split once. Encode time: one query at a time, PyTorch eager for both the st
 same run.
 
     .venv/bin/python benchmarks/query_student.py [--collections scifact] [--epochs 8]
+    .venv/bin/python benchmarks/query_student.py --weights DIR   # students of query_student_gpu.py, not distilled
 
-Prints a table and writes benchmarks/results/query_student.json. Settings: benchmarks/configs/query_student.toml.
+Prints a table and writes benchmarks/results/query_student.json (query_student_gpu.json with --weights). Settings:
+benchmarks/configs/query_student.toml.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from uhdsearch.evaluation.datasets import load_beir, load_corpus  # noqa: E402
 from uhdsearch.sparse import SparseEncoding  # noqa: E402
 
 OUT_JSON = ROOT / "benchmarks" / "results" / "query_student.json"
+OUT_JSON_WEIGHTS = ROOT / "benchmarks" / "results" / "query_student_gpu.json"
 
 
 def log(message: str) -> None:
@@ -102,6 +105,33 @@ def distill(model, student: Student, sentences: list[str], epochs: int, lr: floa
     return losses
 
 
+def load_students(model, folder: Path) -> tuple[dict, dict[str, Student]]:
+    """The students query_student_gpu.py trained (its training.json and weight files in `folder`), each on the
+    backbone's own embeddings (every trained tensor must load); or the one student in the file `folder`."""
+    from safetensors.torch import load_file
+
+    if folder.is_file():  # a student file as shipped (encoder/query_student.py, float16)
+        from uhdsearch.encoder.query_student import QueryStudent
+
+        student = QueryStudent.load(folder, model.backbone)
+        return student.record, {f"student, {student.layers} layers, {student.record.get('epochs')} epochs, "
+                                f"{folder.name}": student}
+    record = json.loads((folder / "training.json").read_text())
+    students = {}
+    epochs = record["epochs"]
+    for layers in record["students"]:
+        student = Student(model.backbone, int(layers))
+        trained = {}
+        for path in sorted(folder.glob(f"student_{layers}layers_part*.safetensors")):
+            trained.update(load_file(str(path)))
+        missing, unexpected = student.load_state_dict(trained, strict=False)
+        untrained = [k for k in missing if not k.startswith(("model.embeddings.", "model.pooler."))]
+        if unexpected or untrained or not trained:
+            raise ValueError(f"{folder}: student of {layers} layers: missing {untrained}, unexpected {unexpected}")
+        students[f"student, {layers} layers, {epochs} epochs"] = student.eval()
+    return record, students
+
+
 def encode_with(model, student, texts: list[str], batch_size: int = 64) -> SparseEncoding:
     """Queries as the full encoder pools them, from the states `student(input_ids, attention_mask)` gives."""
     wta = model.buckets.wta[str(model.layers[0])]
@@ -134,6 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, help="backbone layers the student keeps")
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--lr", type=float)
+    parser.add_argument("--weights", type=lambda v: [Path(p) for p in v.split(",")],
+                        help="score the students query_student_gpu.py trained in these folders, or student files, "
+                        "(comma-separated) instead of distilling")
     args, config, settings = parse_args(parser, "query_student", argv)
     start = time.time()
     torch.set_num_threads(args.threads)
@@ -142,36 +175,43 @@ def main(argv: list[str] | None = None) -> None:
     model.eval()
     result = {"script": "benchmarks/query_student.py", **record(config, settings), "model_digest": model.digest(),
               "rows": [], "training": {}}
+    if args.weights is not None:
+        students = {}
+        for folder in args.weights:
+            result["training"][str(folder)], found = load_students(model, folder)
+            students.update(found)
     for name in args.collections:
         data_dir = ROOT / args.data_root / name
         collection = StatesCollection(model, data_dir, args.corpus_docs.get(name), args.seed)
-        corpus = load_corpus(data_dir / "corpus.jsonl")
-        sentences = split_sentences([corpus[d].full_text for d in collection.doc_ids])
-        student = Student(model.backbone, args.layers)
-        t0 = time.perf_counter()
-        log(f"{name}: distilling a {args.layers}-layer student on {len(sentences):,} sentences")
-        losses = distill(model, student, sentences, args.epochs, args.lr, args.batch_size, args.seed)
-        result["training"][name] = {"sentences": len(sentences), "epoch_losses": losses,
-                                    "seconds": round(time.perf_counter() - t0, 1)}
+        if args.weights is None:
+            corpus = load_corpus(data_dir / "corpus.jsonl")
+            sentences = split_sentences([corpus[d].full_text for d in collection.doc_ids])
+            students = {f"student, {args.layers} layers": Student(model.backbone, args.layers)}
+            t0 = time.perf_counter()
+            log(f"{name}: distilling a {args.layers}-layer student on {len(sentences):,} sentences")
+            losses = distill(model, *students.values(), sentences, args.epochs, args.lr, args.batch_size, args.seed)
+            result["training"][name] = {"sentences": len(sentences), "epoch_losses": losses,
+                                        "seconds": round(time.perf_counter() - t0, 1)}
         splits = ["train", "test"] if name == "scifact" else ["test"]
         for split in splits:
             ids, full, _ = collection.split(split)
-            texts = {q.query_id: q.text for q in load_beir(data_dir, split).queries}
-            student_queries = encode_with(model, student, [texts[q] for q in ids])
-            result["rows"] += score_encodings(collection, split, {"full encoder": full, f"student, {args.layers} "
-                                                                  f"layers": student_queries}, [1.0, args.max_df])
+            texts = [{q.query_id: q.text for q in load_beir(data_dir, split).queries}[q] for q in ids]
+            encodings = {"full encoder": full, **{label: encode_with(model, student, texts)
+                                                  for label, student in students.items()}}
+            result["rows"] += score_encodings(collection, split, encodings, [1.0, args.max_df])
         if name == args.collections[0]:
             timed = [q.text for q in load_beir(data_dir, "test").queries][:args.n_timed]
-            result["encode_p50_ms"] = {
-                "full encoder (torch)": encode_ms(lambda t: model.encode_query([t]), timed),
-                f"student, {args.layers} layers (torch)": encode_ms(lambda t: encode_with(model, student, [t]),
-                                                                    timed)}
+            result["encode_p50_ms"] = {"full encoder (torch)": encode_ms(lambda t: model.encode_query([t]), timed)}
+            for label, student in students.items():
+                result["encode_p50_ms"][f"{label} (torch)"] = encode_ms(
+                    lambda t, s=student: encode_with(model, s, [t]), timed)
     print(table(result["rows"]))
     for side, ms in result.get("encode_p50_ms", {}).items():
         print(f"encode p50, one query at a time: {side} {ms:.2f} ms")
     result["wall_s"] = round(time.time() - start, 1)
-    OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")
-    log(f"wrote {OUT_JSON} ({result['wall_s']:.0f} s)")
+    out = OUT_JSON if args.weights is None else OUT_JSON_WEIGHTS
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {out} ({result['wall_s']:.0f} s)")
 
 
 if __name__ == "__main__":

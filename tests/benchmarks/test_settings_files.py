@@ -24,7 +24,9 @@ FORMER = {
                    "lookup_keep": 20, "lookup_specials": False, "table_docs": 1000, "lookup_contexts": "sentences",
                    "lookup_neighbours": True,
                    # session 18: the context vote timed beside the table (benchmarks/lookup_vote.py's choice)
-                   "vote_keep": 640, "vote": 1.0, "vote_winners": 40},
+                   "vote_keep": 640, "vote": 1.0, "vote_winners": 40,
+                   # session 19: the distilled query student timed beside
+                   "student": "models/query-student-minilm-l6-2layers.safetensors"},
     "encoding_speed": {"n_docs": 256, "doc_length": 256, "repeats": 3, "dims": [32_768, 81_920],  # "32768,81920"
                        # in code: the dtypes looped over, EncoderConfig(wta_k=80, query_k=100), data.queries[:50],
                        # and batches of 32 for the backbone and encode_document

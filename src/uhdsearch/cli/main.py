@@ -229,6 +229,9 @@ def search(
                                 "F:DEPTH:probe probes the postings instead."),
     lookup: bool = typer.Option(False, "--lookup", help="Encode queries by table lookup (MODEL/query_lookup.npz, "
                                 "built by `uhdsearch lookup`): ~0.3 ms a query, lower quality."),
+    student: Optional[Path] = typer.Option(None, "--student", help="Encode queries with a distilled query student "
+                                           "(a .safetensors file, e.g. models/query-student-minilm-l6-2layers"
+                                           ".safetensors for the default backbone): 2 of MiniLM's 6 layers."),
     length_norm: str = typer.Option("auto", "--length-norm", help="Divide binary counts by the document's active "
                                     "dims ** ALPHA, e.g. 0.3; 'none': plain counts; 'auto': 0.3 with binary "
                                     "scoring (chosen on SciFact train)."),
@@ -271,8 +274,14 @@ def search(
     if lookup and (onnx or wta_k is not None):
         raise UsageError("--lookup encodes queries by a table fixed when `uhdsearch lookup` built it: --onnx and "
                          "--wta-k do not apply to it")
+    if lookup and student is not None:
+        raise UsageError("--lookup and --student are two query encoders: give one")
     encoder = UHDEncoder.from_pretrained(model, **overrides)
-    if onnx:
+    if student is not None:  # read before the index is opened: a wrong file fails fast
+        from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder
+
+        encoder = StudentQueryEncoder(encoder, QueryStudent.load(student, encoder.backbone), onnx=onnx)
+    elif onnx:
         encoder.use_onnx_runtime()
     from uhdsearch.index.live.commit import list_generations
     from uhdsearch.index.live.segments import SegmentedIndex

@@ -42,6 +42,9 @@ def serve(
     lookup: bool = typer.Option(False, "--lookup", help="Encode queries by table lookup (MODEL/query_lookup.npz, "
                                 "built by `uhdsearch lookup`): ~0.3 ms a query, lower quality; /explain shows the "
                                 "table's dims; documents added are encoded by the full model."),
+    student: Optional[Path] = typer.Option(None, "--student", help="Encode queries with a distilled query student "
+                                           "(a .safetensors file, as `uhdsearch search --student`); documents "
+                                           "added are encoded by the full model."),
     shards: int = typer.Option(0, "--shards", help="Split the index (static, or a segmented one's live "
                                "documents) into N shards searched in parallel on Ray actors (extra: ray); "
                                "read-only. 0: one index in this process."),
@@ -83,10 +86,13 @@ def serve(
     if lookup and (onnx or shards):
         raise UsageError("--lookup encodes queries by its table: --onnx (the backbone's runtime) and --shards "
                          "(whose actors encode with the full model) do not combine with it")
+    if student is not None and (lookup or shards):
+        raise UsageError("--student does not combine with --lookup (another query encoder) or --shards (whose "
+                         "actors encode with the full model)")
     sharding = (shards, None if ray_address in (None, "local") else ray_address, shard_dir, replicas) \
         if shards else None
     service = open_service(index_dir, model, data, bm25, not read_only, typical_sample, sharding,
-                           onnx_threads=torch_threads if onnx else None, lookup=lookup)
+                           onnx_threads=torch_threads if onnx else None, lookup=lookup, student=student)
     import torch
 
     torch.set_num_threads(torch_threads)  # only now: option errors must leave the calling process as it was
@@ -97,7 +103,7 @@ def serve(
 
 def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool, writable: bool,
                  typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path], int] | None = None,
-                 onnx_threads: int | None = None, lookup: bool = False):
+                 onnx_threads: int | None = None, lookup: bool = False, student: Optional[Path] = None):
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_corpus
     from uhdsearch.serving.service import SearchService
@@ -113,7 +119,7 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
 
         retriever = BM25Retriever.build(corpus, show_progress=False)
     encoder = UHDEncoder.from_pretrained(model)
-    if onnx_threads:
+    if onnx_threads and student is None:
         encoder.use_onnx_runtime(threads=onnx_threads)
     logger.info("serving %s with %s", index_dir, model)
     if sharding is not None:
@@ -127,6 +133,11 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
         from uhdsearch.encoder.lookup import LookupEncoder
 
         table = LookupEncoder.load(model, encoder)
+    elif student is not None:
+        from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder
+
+        table = StudentQueryEncoder(encoder, QueryStudent.load(student, encoder.backbone),
+                                    onnx=onnx_threads is not None, threads=onnx_threads)
     service = SearchService.open(encoder, index_dir, corpus, writable, retriever, typical_sample if corpus else 0)
     service.query_encoder = table
     return service

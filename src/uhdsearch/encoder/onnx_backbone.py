@@ -34,48 +34,73 @@ class _HiddenStates(nn.Module):
 
 def export_onnx(backbone: Backbone, layers: list[int]) -> bytes:
     """The backbone (inference mode) as an ONNX graph whose outputs are the hidden states of `layers`."""
-    require("onnx", "onnx")  # what torch's exporter writes the graph with
-    wrapper = _HiddenStates(backbone.model, layers)
+    require("onnx", "onnx")
     example = backbone.tokenize(["an example query", "a second, somewhat longer example query"], 16)
-    was_training = backbone.model.training
-    backbone.model.eval()
-    wrapper.eval()  # the exporter restores the wrapper's mode recursively afterwards: keep it eval
+    wrapper = _HiddenStates(backbone.model, layers)
+    wrapper.train(backbone.model.training)  # so that export_module restores the backbone's own mode
+    return export_module(wrapper, example, [f"layer_{layer}" for layer in layers])
+
+
+def export_module(module: nn.Module, example: dict[str, torch.Tensor], output_names: list[str]) -> bytes:
+    """`module(input_ids, attention_mask)` (inference mode) as an ONNX graph with dynamic batch and length."""
+    require("onnx", "onnx")  # what torch's exporter writes the graph with
+    was_training = module.training
+    module.eval()  # the exporter restores the module's mode recursively afterwards
     buffer = io.BytesIO()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer warnings about Python control flow on shapes
             # The TorchScript exporter: ~3 s for MiniLM against ~15 s for the dynamo one, same graph quality.
             torch.onnx.export(
-                wrapper, (example["input_ids"], example["attention_mask"]), buffer,
-                input_names=["input_ids", "attention_mask"],
-                output_names=[f"layer_{layer}" for layer in layers],
+                module, (example["input_ids"], example["attention_mask"]), buffer,
+                input_names=["input_ids", "attention_mask"], output_names=output_names,
                 dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}},
                 opset_version=17, dynamo=False,
             )
     finally:
-        backbone.model.train(was_training)
+        module.train(was_training)
     return buffer.getvalue()
+
+
+def _session(graph: bytes, threads: int | None):
+    onnxruntime = require("onnxruntime", "onnx")
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads or torch.get_num_threads()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    # Spinning pool threads would keep both cores busy through the WTA product that follows in torch.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+
+
+def _run(session, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[torch.Tensor]:
+    feed = {"input_ids": input_ids.numpy().astype(np.int64, copy=False),
+            "attention_mask": attention_mask.numpy().astype(np.int64, copy=False)}
+    return [torch.from_numpy(out) for out in session.run(None, feed)]
+
+
+class OnnxModule:
+    """Runs `module(input_ids, attention_mask)` (one tensor or a tuple out) with ONNX Runtime; a snapshot of its
+    weights at construction."""
+
+    def __init__(self, module: nn.Module, example: dict[str, torch.Tensor], threads: int | None = None) -> None:
+        require("onnxruntime", "onnx")  # before the export's seconds
+        self.session = _session(export_module(module, example, ["output"]), threads)
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[torch.Tensor]:
+        return _run(self.session, input_ids, attention_mask)
 
 
 class OnnxBackbone:
     """Runs the exported backbone with ONNX Runtime; a snapshot: later weight changes are not seen."""
 
     def __init__(self, backbone: Backbone, layers: list[int], threads: int | None = None) -> None:
-        onnxruntime = require("onnxruntime", "onnx")
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads or torch.get_num_threads()
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        # Spinning pool threads would keep both cores busy through the WTA product that follows in torch.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        require("onnxruntime", "onnx")  # before the export's seconds
         self.layers = list(layers)
-        self.session = onnxruntime.InferenceSession(export_onnx(backbone, self.layers), options,
-                                                    providers=["CPUExecutionProvider"])
+        self.session = _session(export_onnx(backbone, self.layers), threads)
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layers: list[int]) -> list[torch.Tensor]:
         """Token states of `layers` (those given at construction), each (batch, seq, hidden) float32."""
         if list(layers) != self.layers:
             raise UsageError(f"this ONNX graph returns layers {self.layers}, not {list(layers)}")
-        feed = {"input_ids": input_ids.numpy().astype(np.int64, copy=False),
-                "attention_mask": attention_mask.numpy().astype(np.int64, copy=False)}
-        return [torch.from_numpy(out) for out in self.session.run(None, feed)]
+        return _run(self.session, input_ids, attention_mask)

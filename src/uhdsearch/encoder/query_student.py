@@ -1,0 +1,185 @@
+"""A query student: the backbone's embeddings and first layers plus a linear head, distilled to give the backbone's
+last-layer token states, so that the model's own WTA head encodes queries at a fraction of the backbone's cost.
+
+The student predicts backbone states, not winners: one student serves every model built on the same backbone with
+its buckets on the last layer (the WTA head, its centring and pooling stay the model's). Documents keep the full
+encoder. Training: benchmarks/query_student_gpu.py (label-free: mean squared error against the backbone's states of
+corpus sentences encoded as queries).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import nn
+
+from uhdsearch.encoder.backbone import Backbone
+from uhdsearch.errors import ModelFormatError, UsageError
+from uhdsearch.sparse import SparseEncoding
+
+STUDENT_FORMAT = "uhd-query-student"
+STUDENT_FORMAT_VERSION = 1
+
+
+def backbone_fingerprint(backbone: Backbone) -> str:
+    """Fingerprint of the backbone's weights: a student is valid only for the backbone it was distilled from."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, tensor in backbone.model.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+class QueryStudent(nn.Module):
+    """The backbone's embeddings (shared, not trained) and copies of its first `layers` layers, then a linear head
+    started at the identity: at initialisation it gives layer `layers`'s own states."""
+
+    def __init__(self, backbone: Backbone, layers: int, fingerprint: str | None = None) -> None:
+        super().__init__()
+        if isinstance(layers, bool) or not isinstance(layers, int) or not 0 < layers < backbone.n_layers:
+            raise UsageError(f"layers={layers!r}: a student keeps 1..{backbone.n_layers - 1} of the backbone's "
+                             "layers")
+        source = backbone.model
+        self.model = copy.deepcopy(source, memo={id(source.embeddings): source.embeddings})
+        self.model.encoder.layer = self.model.encoder.layer[:layers]
+        self.model.config.num_hidden_layers = layers
+        hidden = backbone.hidden_size
+        self.head = nn.Linear(hidden, hidden)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.eye(hidden))
+            self.head.bias.zero_()
+        self.layers = layers
+        self.fingerprint = fingerprint or backbone_fingerprint(backbone)
+        self.record: dict = {}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(batch, tokens, hidden) states standing in for the backbone's last layer."""
+        return self.head(self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
+
+    def trained_state(self) -> dict[str, torch.Tensor]:
+        """The student's own tensors: its layers and head (the embeddings are the backbone's)."""
+        return {k: v for k, v in self.state_dict().items() if k.startswith(("model.encoder.", "head."))}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the layers and head as float16 safetensors (atomic: a temporary file, then a rename)."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        tensors = {k: v.detach().to(torch.float16).cpu().contiguous() for k, v in self.trained_state().items()}
+        metadata = {"format": STUDENT_FORMAT, "format_version": str(STUDENT_FORMAT_VERSION),
+                    "layers": str(self.layers), "backbone": self.fingerprint, "record": json.dumps(self.record)}
+        tmp = path.with_name(path.name + ".tmp")
+        save_file(tensors, str(tmp), metadata=metadata)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, backbone: Backbone) -> QueryStudent:
+        """Read a student saved for `backbone`; a wrong, damaged or foreign file raises ModelFormatError naming it."""
+        from safetensors import safe_open
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no query student at {path}")
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                metadata = f.metadata() or {}
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except Exception as exc:  # safetensors raises its own error type for damaged files
+            raise ModelFormatError(f"{path} is not a readable safetensors file (truncated or corrupt): {exc}") from None
+        if metadata.get("format") != STUDENT_FORMAT or metadata.get("format_version") != str(STUDENT_FORMAT_VERSION):
+            raise ModelFormatError(f"{path} is not a query student (format {metadata.get('format')!r}, version "
+                                   f"{metadata.get('format_version')!r}; expected {STUDENT_FORMAT!r} "
+                                   f"{STUDENT_FORMAT_VERSION})")
+        fingerprint = backbone_fingerprint(backbone)
+        if metadata.get("backbone") != fingerprint:
+            raise ModelFormatError(f"{path} was distilled from backbone {metadata.get('backbone')!r}, not this "
+                                   f"model's ({fingerprint})")
+        layers = metadata.get("layers", "")
+        if not layers.isdigit() or not 0 < int(layers) < backbone.n_layers:
+            raise ModelFormatError(f"{path}: layers {layers!r} is not 1..{backbone.n_layers - 1}")
+        student = cls(backbone, int(layers), fingerprint)
+        expected = student.trained_state()
+        if set(tensors) != set(expected):
+            raise ModelFormatError(f"{path}: tensors missing {sorted(set(expected) - set(tensors))[:3]}, "
+                                   f"unexpected {sorted(set(tensors) - set(expected))[:3]}")
+        for name, tensor in tensors.items():
+            if tensor.shape != expected[name].shape or not tensor.is_floating_point():
+                raise ModelFormatError(f"{path}: {name} has shape {tuple(tensor.shape)} {tensor.dtype}, expected "
+                                       f"{tuple(expected[name].shape)} floating point")
+            if not bool(torch.isfinite(tensor).all()):
+                raise ModelFormatError(f"{path}: {name} holds NaN or infinite values")
+        student.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=False)
+        try:
+            student.record = json.loads(metadata.get("record", "{}"))
+        except json.JSONDecodeError as exc:
+            raise ModelFormatError(f"{path}: its training record is not JSON: {exc}") from None
+        return student.eval()
+
+
+class StudentQueryEncoder:
+    """Queries encoded as ``model.encode(texts, "query")`` encodes them, with the student's states in place of
+    the backbone's last layer; `config`, `digest()` and `encode(texts, "query")` as UHDEncoder's, so a Searcher or
+    the service takes it as its query encoder. Documents are encoded with the full model.
+
+    Example:
+        >>> from uhdsearch.encoder.config import EncoderConfig
+        >>> from uhdsearch.encoder.model import UHDEncoder
+        >>> model = UHDEncoder.new(config=EncoderConfig(dim=1024, wta_k=8, query_k=None))
+        >>> queries = StudentQueryEncoder(model, QueryStudent(model.backbone, 2)).encode(["bone density"], "query")
+        >>> queries.buckets[0].shape, queries.buckets[0].nnz > 0
+        ((1, 1024), True)
+    """
+
+    def __init__(self, model, student: QueryStudent, onnx: bool = False, threads: int | None = None) -> None:
+        last = model.backbone.n_layers
+        if list(model.layers) != [last]:
+            raise UsageError(f"a query student stands in for the backbone's last layer ({last}); this model's "
+                             f"buckets are on layers {list(model.layers)}")
+        if student.fingerprint != backbone_fingerprint(model.backbone):
+            raise UsageError("this query student was distilled from another backbone than the model's")
+        self.model, self.student, self.config = model, student.eval(), model.config
+        self._runner = None
+        if onnx:
+            from uhdsearch.encoder.onnx_backbone import OnnxModule
+
+            example = model.backbone.tokenize(["an example query", "a second, somewhat longer query"], 16)
+            self._runner = OnnxModule(self.student, example, threads)
+
+    def digest(self) -> str:
+        """The model's digest: indexes built by the model accept these queries."""
+        return self.model.digest()
+
+    def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self._runner is not None:
+            return self._runner(input_ids, attention_mask)[0]
+        return self.student(input_ids, attention_mask)
+
+    def encode(self, texts, kind: str = "query", batch_size: int = 64, **_) -> SparseEncoding:
+        """Every active dimension of each query (the config's query_k applies where UHDEncoder applies it)."""
+        if kind != "query":
+            raise UsageError("a query student encodes queries only; encode documents with the full model")
+        texts = list(texts)
+        model = self.model
+        truncated = np.zeros(len(texts), dtype=bool)
+        if not texts:
+            return SparseEncoding([sp.csr_matrix((0, model.config.dim), dtype=np.float32)], truncated)
+        parts, order = [], []
+        with torch.inference_mode():
+            for positions, batch in model._length_sorted_batches(texts, model.config.query_max_length, batch_size,
+                                                                 truncated):
+                mask = batch["attention_mask"]
+                states = self.states(batch["input_ids"], mask)
+                keep = mask.bool().reshape(-1)
+                token_text = torch.arange(mask.shape[0]).repeat_interleave(mask.shape[1])[keep]
+                tokens = states.reshape(-1, states.shape[-1])[keep]
+                parts.append(model.pool_tokens([tokens], token_text, mask.shape[0], sparse=True)[0])
+                order.append(positions)
+        inverse = np.argsort(np.concatenate(order), kind="stable")
+        return SparseEncoding([sp.vstack(parts, format="csr")[inverse]], truncated)
