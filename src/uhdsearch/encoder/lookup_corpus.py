@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from uhdsearch.encoder.backbone import tokenize_texts
 from uhdsearch.encoder.lookup_neighbours import NeighbourTable, keep_largest
 from uhdsearch.encoder.pooling import l2_normalize
 from uhdsearch.errors import UsageError
@@ -162,7 +163,8 @@ class CorpusTable:
 
 def _token_ids(model, texts: Sequence[str], max_length: int, states) -> np.ndarray:
     """(n_tokens,) the vocabulary ids of `texts` as the backbone packed `states` (the tokenizer's order)."""
-    tokenized = model.backbone.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    tokenized = tokenize_texts(model.backbone.tokenizer, list(texts), truncation=True,
+                               max_length=max_length)["input_ids"]
     token_ids = np.concatenate([np.asarray(x, np.int64) for x in tokenized]) if tokenized else np.zeros(0, np.int64)
     if token_ids.shape[0] != int(states.offsets[-1]):
         raise UsageError(f"the tokenizer gave {token_ids.shape[0]} tokens, the backbone states "

@@ -20,8 +20,10 @@ import torch
 from torch import nn
 
 from uhdsearch.encoder.backbone import Backbone
+from uhdsearch.encoder.modes import evaluating
 from uhdsearch.errors import ModelFormatError, UsageError
 from uhdsearch.sparse import SparseEncoding
+from uhdsearch.types import check_k
 
 STUDENT_FORMAT = "uhd-query-student"
 STUDENT_FORMAT_VERSION = 1
@@ -37,8 +39,9 @@ def backbone_fingerprint(backbone: Backbone) -> str:
 
 
 class QueryStudent(nn.Module):
-    """The backbone's embeddings (shared, not trained) and copies of its first `layers` layers, then a linear head
-    started at the identity: at initialisation it gives layer `layers`'s own states."""
+    """The backbone's word embeddings (read, not copied or trained) and copies of its position / type embeddings
+    and first `layers` layers, then a linear head started at the identity: at initialisation it gives layer
+    `layers`'s own states."""
 
     def __init__(self, backbone: Backbone, layers: int, fingerprint: str | None = None) -> None:
         super().__init__()
@@ -46,7 +49,11 @@ class QueryStudent(nn.Module):
             raise UsageError(f"layers={layers!r}: a student keeps 1..{backbone.n_layers - 1} of the backbone's "
                              "layers")
         source = backbone.model
-        self.model = copy.deepcopy(source, memo={id(source.embeddings): source.embeddings})
+        words = source.embeddings.word_embeddings
+        # A view of the backbone's weights, not a parameter or submodule: the student's train/eval switches,
+        # parameters() and optimizers leave the backbone alone; not saved (persistent=False).
+        self.register_buffer("words", words.weight.detach(), persistent=False)
+        self.model = copy.deepcopy(source, memo={id(words): None})  # the copy has no word embeddings
         self.model.encoder.layer = self.model.encoder.layer[:layers]
         self.model.config.num_hidden_layers = layers
         hidden = backbone.hidden_size
@@ -60,28 +67,38 @@ class QueryStudent(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(batch, tokens, hidden) states standing in for the backbone's last layer."""
-        return self.head(self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
+        embedded = nn.functional.embedding(input_ids.to(self.words.device), self.words)
+        return self.head(self.model(inputs_embeds=embedded, attention_mask=attention_mask.to(embedded.device))
+                         .last_hidden_state)
 
     def trained_state(self) -> dict[str, torch.Tensor]:
         """The student's own tensors: its layers and head (the embeddings are the backbone's)."""
         return {k: v for k, v in self.state_dict().items() if k.startswith(("model.encoder.", "head."))}
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the layers and head as float16 safetensors (atomic: a temporary file, then a rename)."""
-        from safetensors.torch import save_file
+        """Write the layers and head as float16 safetensors, whole or not at all (io.atomic_write_bytes).
+
+        Raises:
+            UsageError: a weight is NaN, infinite or beyond float16's range (it would be stored as inf).
+        """
+        from safetensors.torch import save
+
+        from uhdsearch.io import atomic_write_bytes
 
         path = Path(path)
+        for name, tensor in self.trained_state().items():
+            if not bool(torch.isfinite(tensor).all()) or float(tensor.abs().max()) > torch.finfo(torch.float16).max:
+                raise UsageError(f"{name} holds NaN, infinite or beyond-float16 values: not saved to {path}")
         tensors = {k: v.detach().to(torch.float16).cpu().contiguous() for k, v in self.trained_state().items()}
         metadata = {"format": STUDENT_FORMAT, "format_version": str(STUDENT_FORMAT_VERSION),
                     "layers": str(self.layers), "backbone": self.fingerprint, "record": json.dumps(self.record)}
-        tmp = path.with_name(path.name + ".tmp")
-        save_file(tensors, str(tmp), metadata=metadata)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, save(tensors, metadata=metadata))
         return path
 
     @classmethod
     def load(cls, path: str | os.PathLike, backbone: Backbone) -> QueryStudent:
-        """Read a student saved for `backbone`; a wrong, damaged or foreign file raises ModelFormatError naming it."""
+        """Read a student saved for `backbone`; a wrong, damaged or foreign file raises ModelFormatError naming it.
+        The header is checked before any tensor is read."""
         from safetensors import safe_open
 
         path = Path(path)
@@ -90,9 +107,28 @@ class QueryStudent(nn.Module):
         try:
             with safe_open(str(path), framework="pt") as f:
                 metadata = f.metadata() or {}
+                student = cls._checked(path, metadata, backbone)
+                expected = student.trained_state()
+                if set(f.keys()) != set(expected):
+                    raise ModelFormatError(f"{path}: tensors missing {sorted(set(expected) - set(f.keys()))[:3]}, "
+                                           f"unexpected {sorted(set(f.keys()) - set(expected))[:3]}")
                 tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except ModelFormatError:
+            raise
         except Exception as exc:  # safetensors raises its own error type for damaged files
             raise ModelFormatError(f"{path} is not a readable safetensors file (truncated or corrupt): {exc}") from None
+        for name, tensor in tensors.items():
+            if tensor.shape != expected[name].shape or not tensor.is_floating_point():
+                raise ModelFormatError(f"{path}: {name} has shape {tuple(tensor.shape)} {tensor.dtype}, expected "
+                                       f"{tuple(expected[name].shape)} floating point")
+            if not bool(torch.isfinite(tensor).all()):
+                raise ModelFormatError(f"{path}: {name} holds NaN or infinite values")
+        student.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=False)
+        return student.eval()
+
+    @classmethod
+    def _checked(cls, path: Path, metadata: dict, backbone: Backbone) -> QueryStudent:
+        """An untrained student of the header's layer count, once format, backbone and record are checked."""
         if metadata.get("format") != STUDENT_FORMAT or metadata.get("format_version") != str(STUDENT_FORMAT_VERSION):
             raise ModelFormatError(f"{path} is not a query student (format {metadata.get('format')!r}, version "
                                    f"{metadata.get('format_version')!r}; expected {STUDENT_FORMAT!r} "
@@ -102,25 +138,17 @@ class QueryStudent(nn.Module):
             raise ModelFormatError(f"{path} was distilled from backbone {metadata.get('backbone')!r}, not this "
                                    f"model's ({fingerprint})")
         layers = metadata.get("layers", "")
-        if not layers.isdigit() or not 0 < int(layers) < backbone.n_layers:
+        if not (layers.isascii() and layers.isdecimal()) or not 0 < int(layers) < backbone.n_layers:
             raise ModelFormatError(f"{path}: layers {layers!r} is not 1..{backbone.n_layers - 1}")
-        student = cls(backbone, int(layers), fingerprint)
-        expected = student.trained_state()
-        if set(tensors) != set(expected):
-            raise ModelFormatError(f"{path}: tensors missing {sorted(set(expected) - set(tensors))[:3]}, "
-                                   f"unexpected {sorted(set(tensors) - set(expected))[:3]}")
-        for name, tensor in tensors.items():
-            if tensor.shape != expected[name].shape or not tensor.is_floating_point():
-                raise ModelFormatError(f"{path}: {name} has shape {tuple(tensor.shape)} {tensor.dtype}, expected "
-                                       f"{tuple(expected[name].shape)} floating point")
-            if not bool(torch.isfinite(tensor).all()):
-                raise ModelFormatError(f"{path}: {name} holds NaN or infinite values")
-        student.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=False)
         try:
-            student.record = json.loads(metadata.get("record", "{}"))
+            record = json.loads(metadata.get("record", "{}"))
         except json.JSONDecodeError as exc:
             raise ModelFormatError(f"{path}: its training record is not JSON: {exc}") from None
-        return student.eval()
+        if not isinstance(record, dict):
+            raise ModelFormatError(f"{path}: its training record is {type(record).__name__}, not a JSON object")
+        student = cls(backbone, int(layers), fingerprint)
+        student.record = record
+        return student
 
 
 class StudentQueryEncoder:
@@ -144,7 +172,9 @@ class StudentQueryEncoder:
                              f"buckets are on layers {list(model.layers)}")
         if student.fingerprint != backbone_fingerprint(model.backbone):
             raise UsageError("this query student was distilled from another backbone than the model's")
-        self.model, self.student, self.config = model, student.eval(), model.config
+        if onnx and model.device.type != "cpu":
+            raise UsageError(f"the ONNX runtime runs on the CPU only; this model is on {model.device}")
+        self.model, self.student, self.config = model, student.to(model.device), model.config
         self._runner = None
         if onnx:
             from uhdsearch.encoder.onnx_backbone import OnnxModule
@@ -159,19 +189,23 @@ class StudentQueryEncoder:
     def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if self._runner is not None:
             return self._runner(input_ids, attention_mask)[0]
-        return self.student(input_ids, attention_mask)
+        return self.student(input_ids.to(self.model.device), attention_mask.to(self.model.device))
 
-    def encode(self, texts, kind: str = "query", batch_size: int = 64, **_) -> SparseEncoding:
-        """Every active dimension of each query (the config's query_k applies where UHDEncoder applies it)."""
+    def encode(self, texts, kind: str = "query", batch_size: int = 64, wta_k: int | None = None,
+               **_) -> SparseEncoding:
+        """Every active dimension of each query (the config's query_k applies where UHDEncoder applies it);
+        `wta_k` as UHDEncoder.encode's."""
         if kind != "query":
             raise UsageError("a query student encodes queries only; encode documents with the full model")
+        check_k(batch_size, "batch_size")
         texts = list(texts)
         model = self.model
         truncated = np.zeros(len(texts), dtype=bool)
         if not texts:
             return SparseEncoding([sp.csr_matrix((0, model.config.dim), dtype=np.float32)], truncated)
         parts, order = [], []
-        with torch.inference_mode():
+        # eval mode for this pass only, under encoder/modes.py's lock: a training student or model keeps training
+        with torch.inference_mode(), evaluating(self.student), evaluating(model):
             for positions, batch in model._length_sorted_batches(texts, model.config.query_max_length, batch_size,
                                                                  truncated):
                 mask = batch["attention_mask"]
@@ -179,7 +213,7 @@ class StudentQueryEncoder:
                 keep = mask.bool().reshape(-1)
                 token_text = torch.arange(mask.shape[0]).repeat_interleave(mask.shape[1])[keep]
                 tokens = states.reshape(-1, states.shape[-1])[keep]
-                parts.append(model.pool_tokens([tokens], token_text, mask.shape[0], sparse=True)[0])
+                parts.append(model.pool_tokens([tokens], token_text, mask.shape[0], wta_k, sparse=True)[0])
                 order.append(positions)
         inverse = np.argsort(np.concatenate(order), kind="stable")
         return SparseEncoding([sp.vstack(parts, format="csr")[inverse]], truncated)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from uhdsearch.encoder.backbone import tokenize_texts
 from uhdsearch.encoder.modes import evaluating
 from uhdsearch.errors import UsageError
 
@@ -72,7 +73,7 @@ def compute_token_states(
     """Run the backbone once over `texts` (length-sorted batches) and keep the requested layers' states."""
     texts = list(texts)
     tokenizer = backbone.tokenizer
-    enc = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
+    enc = tokenize_texts(tokenizer, texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
     ids, spans = enc["input_ids"], enc["offset_mapping"]
     lengths = np.array([len(x) for x in ids], dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(lengths)))

@@ -15,12 +15,17 @@ from uhdsearch.io.swap import disk_full_error, fsync_dir, is_disk_full, remove_l
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write a text file through a temporary file and rename; removes temporaries that killed writers left."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write a file whole or not at all: a temporary file beside it (fsynced), then a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-p{os.getpid()}-", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

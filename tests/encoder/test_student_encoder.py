@@ -38,7 +38,8 @@ def test_an_untrained_student_gives_the_states_of_its_last_layer(model):
         got = student(batch["input_ids"], batch["attention_mask"])
         (want,) = model.backbone(batch["input_ids"], batch["attention_mask"], [1])
     assert torch.allclose(got, want, atol=1e-6)
-    assert student.model.embeddings is model.backbone.model.embeddings  # shared, not copied
+    assert student.words.data_ptr() == model.backbone.model.embeddings.word_embeddings.weight.data_ptr()  # a view
+    assert student.model.embeddings.word_embeddings is None
     assert len(student.model.encoder.layer) == 1 and len(model.backbone.model.encoder.layer) == 2
     for layers in (0, 2, True, 1.0):
         with pytest.raises(UsageError, match="layers"):
@@ -88,9 +89,46 @@ def test_save_then_load_keeps_the_float16_weights_and_the_record(model, tmp_path
     for name, tensor in student.trained_state().items():
         assert torch.equal(loaded.trained_state()[name], tensor.to(torch.float16).float()), name
     assert set(load_file(str(path))) == set(student.trained_state())  # the embeddings are not stored
-    a = StudentQueryEncoder(model, student).encode(QUERIES).buckets[0]
-    b = StudentQueryEncoder(model, loaded).encode(QUERIES).buckets[0]
-    assert np.array_equal(a.indices, b.indices) or (abs(a - b) > 1e-2).nnz < 0.05 * a.nnz
+    with torch.no_grad():
+        student.head.weight[0, 0] = 1e6  # beyond float16: it would be stored as inf
+    with pytest.raises(UsageError, match="beyond-float16"):
+        student.save(path)
+    assert QueryStudent.load(path, model.backbone).record == {"epochs": 3, "held_out_loss": 0.5}  # file unchanged
+
+
+def test_the_student_leaves_the_backbone_alone_and_a_training_model_encodes_as_in_eval(model, tiny_backbone_dir):
+    import copy
+
+    training = copy.deepcopy(model).train()
+    student = perturbed(training)
+    assert all(module.training for module in training.backbone.model.modules())  # student.eval() did not reach it
+    words = training.backbone.model.embeddings.word_embeddings.weight
+    assert all(p is not words for p in student.parameters())
+    encoder = StudentQueryEncoder(training, student)
+    training.encode(["a document about bone density"], "document")  # leaves the model training, as it was
+    first, second = (encoder.encode(QUERIES).buckets[0] for _ in range(2))
+    want = StudentQueryEncoder(model, student).encode(QUERIES).buckets[0]  # the same weights, eval mode
+    assert (first != second).nnz == 0 and (first != want).nnz == 0
+    assert training.training and training.backbone.model.embeddings.dropout.training
+
+
+def test_batches_wta_k_and_batch_size(model):
+    student = perturbed(model)
+    encoder = StudentQueryEncoder(model, student)
+    texts = QUERIES + ["bone", "the effect of statins on muscle pain"]
+    whole = encoder.encode(texts).buckets[0]
+    pairs = encoder.encode(texts, batch_size=2).buckets[0]  # three length-sorted batches, put back in order
+    assert np.array_equal(whole.indptr, pairs.indptr) and np.array_equal(whole.indices, pairs.indices)
+    assert np.allclose(whole.data, pairs.data, atol=1e-5)
+    few = encoder.encode(texts, wta_k=2).buckets[0]
+    ids = model.backbone.tokenize([texts[3]], 16)
+    with torch.inference_mode():
+        states = student(ids["input_ids"], ids["attention_mask"])[0]
+        (want,) = model.pool_tokens([states], torch.zeros(len(states), dtype=torch.long), 1, 2, sparse=True)
+    assert np.array_equal(few[3].indices, want.indices) and few[3].nnz <= 2 * len(states) < whole[3].nnz
+    for bad in (0, -1):
+        with pytest.raises(UsageError, match="batch_size"):
+            encoder.encode(texts, batch_size=bad)
 
 
 def _rewrite(path, tensors=None, **metadata_changes):
@@ -109,6 +147,10 @@ def _rewrite(path, tensors=None, **metadata_changes):
     (lambda p: _rewrite(p, layers="7"), "layers '7'"),
     (lambda p: _rewrite(p, backbone="0" * 32), "distilled from backbone"),
     (lambda p: _rewrite(p, record="{not json"), "training record"),
+    (lambda p: _rewrite(p, record="[1, 2]"), "not a JSON object"),
+    (lambda p: _rewrite(p, layers="\u00b9"), "layers"),
+    (lambda p: _rewrite(p, format_version="2"), "not a query student"),
+    (lambda p: _rewrite(p, lambda t: {**t, "head.bias": t["head.bias"].to(torch.int32)}), "floating point"),
     (lambda p: _rewrite(p, lambda t: {k: v for k, v in t.items() if k != "head.bias"}), "missing"),
     (lambda p: _rewrite(p, lambda t: {**t, "head.bias": torch.zeros(3, dtype=torch.float16)}), "shape"),
     (lambda p: _rewrite(p, lambda t: {**t, "head.bias": torch.full_like(t["head.bias"], float("nan"))}), "NaN"),
