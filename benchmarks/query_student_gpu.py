@@ -157,7 +157,6 @@ def train(args) -> None:
             log(f"{layers} layers: skipped, past the time budget")
             continue
         student = QueryStudent(Backbone(teacher, tokenizer=None), layers, fingerprint="packed").to(device)
-        student.model.embeddings.requires_grad_(False)  # position / type embeddings and their LayerNorm stay
         params = [p for p in student.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW([{"params": params, "lr": args.lr},
                                        {"params": student.head.parameters(), "lr": 10 * args.lr}],

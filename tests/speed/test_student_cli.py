@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder
+from uhdsearch.errors import UsageError
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import format_run
 
@@ -61,6 +62,8 @@ def test_serve_with_a_student_answers_with_its_ranking(built, scifact_mini_dir, 
         hits = client.get("/search", params={"q": QUERY, "k": 5}).json()["results"][0]["hits"]
     assert [h["doc_id"] for h in hits] == Searcher(encoder, index).search({"q1": QUERY}, k=5).doc_ids("q1")
     assert [h["doc_id"] for h in hits] != Searcher(model, index).search({"q1": QUERY}, k=5).doc_ids("q1")
+    with pytest.raises(UsageError, match="--shards"):  # called directly, as the CLI refuses it too
+        open_service(root / "index", root / "model", None, False, False, 0, sharding=(2, None, None, 1), student=path)
     for extra, words in ((["--lookup"], "--student does not combine"), (["--shards", "2"], "--shards")):
         code, _, err = cli(["serve", str(root / "index"), "--model", str(root / "model"), "--student", str(path),
                             *extra])

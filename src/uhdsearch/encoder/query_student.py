@@ -54,6 +54,7 @@ class QueryStudent(nn.Module):
         # parameters() and optimizers leave the backbone alone; not saved (persistent=False).
         self.register_buffer("words", words.weight.detach(), persistent=False)
         self.model = copy.deepcopy(source, memo={id(words): None})  # the copy has no word embeddings
+        self.model.embeddings.requires_grad_(False)  # position / type embeddings: not trained, not saved
         self.model.encoder.layer = self.model.encoder.layer[:layers]
         self.model.config.num_hidden_layers = layers
         hidden = backbone.hidden_size
@@ -112,15 +113,17 @@ class QueryStudent(nn.Module):
                 if set(f.keys()) != set(expected):
                     raise ModelFormatError(f"{path}: tensors missing {sorted(set(expected) - set(f.keys()))[:3]}, "
                                            f"unexpected {sorted(set(f.keys()) - set(expected))[:3]}")
+                for name in f.keys():  # shapes and types from the header, before any tensor is read
+                    shape, dtype = list(f.get_slice(name).get_shape()), f.get_slice(name).get_dtype()
+                    if shape != list(expected[name].shape) or not dtype.startswith(("F", "BF")):
+                        raise ModelFormatError(f"{path}: {name} has shape {tuple(shape)} {dtype}, expected "
+                                               f"{tuple(expected[name].shape)} floating point")
                 tensors = {k: f.get_tensor(k) for k in f.keys()}
         except ModelFormatError:
             raise
         except Exception as exc:  # safetensors raises its own error type for damaged files
             raise ModelFormatError(f"{path} is not a readable safetensors file (truncated or corrupt): {exc}") from None
         for name, tensor in tensors.items():
-            if tensor.shape != expected[name].shape or not tensor.is_floating_point():
-                raise ModelFormatError(f"{path}: {name} has shape {tuple(tensor.shape)} {tensor.dtype}, expected "
-                                       f"{tuple(expected[name].shape)} floating point")
             if not bool(torch.isfinite(tensor).all()):
                 raise ModelFormatError(f"{path}: {name} holds NaN or infinite values")
         student.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=False)

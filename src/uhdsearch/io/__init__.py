@@ -9,6 +9,6 @@ from uhdsearch.io.readers import load_npy, read_json, read_lines
 from uhdsearch.io.swap import (atomic_directory, check_output_dir, disk_full_error, recover_directory,
                                remove_leftovers)
 
-__all__ = ["atomic_directory", "atomic_save_npy", "atomic_write_bytes", "atomic_write_text", "check_output_dir", "disk_full_error",
-           "is_memory_mapped", "load_npy", "now_or_in_background", "prefault", "prefault_all", "read_json", "read_lines", "recover_directory",
-           "remove_leftovers", "save_npy", "write_json"]
+__all__ = ["atomic_directory", "atomic_save_npy", "atomic_write_bytes", "atomic_write_text", "check_output_dir",
+           "disk_full_error", "is_memory_mapped", "load_npy", "now_or_in_background", "prefault", "prefault_all",
+           "read_json", "read_lines", "recover_directory", "remove_leftovers", "save_npy", "write_json"]

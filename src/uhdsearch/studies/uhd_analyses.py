@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from uhdsearch.encoder.backbone import tokenize_texts
 from uhdsearch.errors import UsageError
 from uhdsearch.studies.registry import Study, model_provenance, register
 
@@ -57,11 +58,11 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
     df = np.bincount(docs.indices, minlength=docs.shape[1]) / docs.shape[0]
     tables["stop dimensions: quality and postings touched vs df threshold"] = _stop_rows(
         queries, docs, doc_ids, data, df, options["stop_fractions"])
-    q_tokens = np.array([len(x) for x in model.backbone.tokenizer(texts, truncation=True,
-                                                                  max_length=model.config.query_max_length)["input_ids"]])
+    q_tokens = np.array([len(x) for x in tokenize_texts(model.backbone.tokenizer, texts, truncation=True,
+                                                        max_length=model.config.query_max_length)["input_ids"]])
     d_texts = [data.corpus[d].full_text for d in doc_ids]
-    d_tokens = np.array([len(x) for x in model.backbone.tokenizer(
-        d_texts, truncation=True, max_length=model.config.document_max_length)["input_ids"]])
+    d_tokens = np.array([len(x) for x in tokenize_texts(
+        model.backbone.tokenizer, d_texts, truncation=True, max_length=model.config.document_max_length)["input_ids"]])
     interp = _interpretability(model, data, doc_ids, docs, queries, df, options)
     tables.update(interp["tables"])
     if options["bucket_models"]:
