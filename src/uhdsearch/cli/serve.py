@@ -117,15 +117,15 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
     encoder = UHDEncoder.from_pretrained(model)
     if onnx_threads and student is None:
         encoder.use_onnx_runtime(threads=onnx_threads)
-    table = None  # the query encoder, read before the corpus, BM25 and the index (a writable one is locked)
+    query_encoder = None  # read before the corpus, BM25 and the index (a writable one is locked)
     if lookup:
         from uhdsearch.encoder.lookup import LookupEncoder
 
-        table = LookupEncoder.load(model, encoder)
+        query_encoder = LookupEncoder.load(model, encoder)
     elif student is not None:
         from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder
 
-        table = StudentQueryEncoder(encoder, QueryStudent.load(student, encoder.backbone),
+        query_encoder = StudentQueryEncoder(encoder, QueryStudent.load(student, encoder.backbone),
                                     onnx=onnx_threads is not None, threads=onnx_threads)
     corpus = None
     if data is not None:
@@ -143,5 +143,5 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
         return open_sharded_service(encoder, index_dir, n_shards, address, shard_dir, corpus, retriever,
                                     typical_sample if corpus else 0, replicas=replicas)
     service = SearchService.open(encoder, index_dir, corpus, writable, retriever, typical_sample if corpus else 0)
-    service.query_encoder = table
+    service.query_encoder = query_encoder
     return service

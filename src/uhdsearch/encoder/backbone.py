@@ -22,6 +22,13 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_LOCK = threading.Lock()
 
 
+def hash_state(h, state: dict[str, torch.Tensor]) -> None:
+    """Feed every tensor's name and bytes to the hash `h` (model digests, backbone fingerprints)."""
+    for name, tensor in state.items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+
+
 def tokenize_texts(tokenizer, texts, **kwargs):
     """`tokenizer(texts, **kwargs)` under TOKENIZER_LOCK."""
     with TOKENIZER_LOCK:

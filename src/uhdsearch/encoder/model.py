@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 
-from uhdsearch.encoder.backbone import Backbone, tokenize_texts
+from uhdsearch.encoder.backbone import Backbone, hash_state, tokenize_texts
 from uhdsearch.encoder.buckets import Buckets
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.device import resolve_device
@@ -132,10 +132,11 @@ class UHDEncoder(nn.Module):
             runner = self._onnx[0]
         return runner
 
-    def _encode_batch(self, input_ids, attention_mask, wta_k: int | None, sparse: bool = False) -> list:
+    def _encode_batch(self, input_ids, attention_mask, wta_k: int | None, sparse: bool = False,
+                      runner: Callable[..., list[torch.Tensor]] | None = None) -> list:
         device = self.device  # no copy when already there (the CPU)
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        states = self._backbone_runner()(input_ids, attention_mask, self.layers)
+        states = (runner or self._backbone_runner())(input_ids, attention_mask, self.layers)
         n_texts, length = attention_mask.shape
         if n_texts == 1 or bool(attention_mask.all()):  # no padding (one query): views, no boolean-mask copies
             token_text = torch.arange(n_texts).repeat_interleave(length)
@@ -236,8 +237,9 @@ class UHDEncoder(nn.Module):
         return self.encode(texts, "document", batch_size, wta_k, show_progress)
 
     def encode(self, texts: Sequence[str], kind: Kind, batch_size: int = 64, wta_k: int | None = None,
-               show_progress: bool = False) -> SparseEncoding:
-        """Encode texts with no query_k truncation, each tokenized once.
+               show_progress: bool = False, runner: Callable[..., list[torch.Tensor]] | None = None) -> SparseEncoding:
+        """Encode texts with no query_k truncation, each tokenized once. `runner(input_ids, attention_mask,
+        layers)`, if given, stands in for the backbone (a query student, encoder/query_student.py).
 
         Returns:
             Per-bucket (len(texts), dim) CSR float32; its `truncated` flags the texts cut to the kind's maximum
@@ -249,10 +251,10 @@ class UHDEncoder(nn.Module):
             return SparseEncoding([sp.csr_matrix((0, self.config.dim), dtype=np.float32) for _ in self.layers],
                                   np.zeros(0, dtype=bool))
         with evaluating(self):  # thread-safe, where another thread encodes with this model (encoder/modes.py)
-            return self._encode_texts(texts, kind, batch_size, wta_k, show_progress)
+            return self._encode_texts(texts, kind, batch_size, wta_k, show_progress, runner)
 
     def _encode_texts(self, texts: list[str], kind: Kind, batch_size: int, wta_k: int | None,
-                      show_progress: bool) -> SparseEncoding:
+                      show_progress: bool, runner: Callable[..., list[torch.Tensor]] | None) -> SparseEncoding:
         max_length = self.config.query_max_length if kind == "query" else self.config.document_max_length
         parts: list[list[sp.csr_matrix]] = [[] for _ in self.layers]
         order: list[np.ndarray] = []
@@ -262,7 +264,8 @@ class UHDEncoder(nn.Module):
         try:
             with torch.inference_mode():
                 for positions, batch in self._length_sorted_batches(texts, max_length, batch_size, truncated):
-                    vectors = self._encode_batch(batch["input_ids"], batch["attention_mask"], wta_k, sparse=True)
+                    vectors = self._encode_batch(batch["input_ids"], batch["attention_mask"], wta_k, sparse=True,
+                                                 runner=runner)
                     for b, v in enumerate(vectors):
                         parts[b].append(v)
                     order.append(positions)
@@ -306,9 +309,7 @@ class UHDEncoder(nn.Module):
         if self._digest is None:
             h = hashlib.blake2b(digest_size=16)
             h.update(repr(sorted(self.config.to_json().items())).encode())
-            for name, tensor in self.state_dict().items():
-                h.update(name.encode())
-                h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+            hash_state(h, self.state_dict())
             self._digest = h.hexdigest()
         return self._digest
 
