@@ -32,6 +32,7 @@ from settings import ROOT, parse_args, record  # noqa: E402
 from speed_peers import dictionary_texts  # noqa: E402
 
 from uhdsearch.encoder.model import UHDEncoder  # noqa: E402
+from uhdsearch.encoder.precision import product_dtype  # noqa: E402
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir  # noqa: E402
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex  # noqa: E402
 
@@ -141,7 +142,7 @@ def legacy_encode(model: UHDEncoder, text: str):
     tokenizer = model.backbone.tokenizer
     ids = tokenizer([text], truncation=True, max_length=model.config.query_max_length)["input_ids"]
     batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt")
-    dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+    dtype = product_dtype(model.config.wta_dtype)
     with torch.inference_mode():
         states = model._backbone_runner()(batch["input_ids"], batch["attention_mask"], model.layers)
         keep = batch["attention_mask"].bool()
@@ -165,7 +166,7 @@ def encoder_stages(model: UHDEncoder, queries: list[str]) -> dict:
 
     tokenizer, layer = model.backbone.tokenizer, model.layers[0]
     wta = model.buckets.wta[str(layer)]
-    dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+    dtype = product_dtype(model.config.wta_dtype)
     names = ("tokenize", "backbone", "wta_product", "top_k", "pool_csr", "top_k_torch", "pool_csr_dense")
     stages: dict[str, list[float]] = {s: [] for s in names}
     with torch.inference_mode():

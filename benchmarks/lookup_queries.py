@@ -43,6 +43,7 @@ import torch
 
 from uhdsearch.encoder.lookup import LookupEncoder, build_table
 from uhdsearch.encoder.lookup_corpus import CorpusTable
+from uhdsearch.encoder.precision import product_dtype
 from uhdsearch.encoder.winners import pooled_csr, top_winners
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.sparse import SparseEncoding
@@ -61,7 +62,7 @@ def log(message: str) -> None:
 
 def documents_and_table(model, states, token_ids, table_rows, batch_size: int = 64):
     """The documents' vectors (as model.encode_states gives them) and a CorpusTable of `table_rows`, one pass."""
-    dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+    dtype = product_dtype(model.config.wta_dtype)
     table, sampled = CorpusTable(model), np.zeros(states.n, bool)
     sampled[table_rows] = True
     parts = [[] for _ in model.layers]
@@ -206,7 +207,7 @@ def ceiling_batch(model, tokens: torch.Tensor, token_ids: np.ndarray, token_text
     [CLS] ... [SEP] included, in the same order), [CLS] and [SEP] left out; the WTA scores as the encoder computes
     them (its dtype); each token's winners among candidates(token_ids, positions)'s row (None: among all dims)."""
     wta = model.buckets.wta[str(model.layers[0])]
-    dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+    dtype = product_dtype(model.config.wta_dtype)
     special = np.array(sorted(model.backbone.tokenizer.all_special_ids))
     positions = np.flatnonzero(~np.isin(token_ids, special))
     with torch.inference_mode():

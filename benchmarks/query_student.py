@@ -34,6 +34,7 @@ from lookup_queries import StatesCollection, score_encodings, table  # noqa: E40
 from settings import ROOT, comma_list, parse_args, record  # noqa: E402
 
 from uhdsearch.encoder.lookup_corpus import split_sentences  # noqa: E402
+from uhdsearch.encoder.precision import product_dtype  # noqa: E402
 from uhdsearch.encoder.winners import pooled_csr  # noqa: E402
 from uhdsearch.evaluation.datasets import load_beir, load_corpus  # noqa: E402
 from uhdsearch.sparse import SparseEncoding  # noqa: E402
@@ -135,7 +136,7 @@ def load_students(model, folder: Path) -> tuple[dict, dict[str, Student]]:
 def encode_with(model, student, texts: list[str], batch_size: int = 64) -> SparseEncoding:
     """Queries as the full encoder pools them, from the states `student(input_ids, attention_mask)` gives."""
     wta = model.buckets.wta[str(model.layers[0])]
-    dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+    dtype = product_dtype(model.config.wta_dtype)
     parts = []
     with torch.inference_mode():
         for start in range(0, len(texts), batch_size):

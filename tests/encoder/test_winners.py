@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from uhdsearch.encoder.model import UHDEncoder, _rows_to_csr
 from uhdsearch.encoder.pooling import l2_normalize, max_pool_winners
+from uhdsearch.encoder.precision import wta_product
 from uhdsearch.encoder.winners import PARALLEL_ROWS, pooled_csr, top_winners
 from uhdsearch.evaluation.datasets import load_corpus
 
@@ -87,7 +88,7 @@ def test_documents_keep_their_active_dims_except_at_a_tie(tiny_backbone_dir, tin
         for b, layer in enumerate(model.layers):
             wta = model.buckets.wta[str(layer)]
             weight, bias = wta._cast_weight(torch.bfloat16)
-            z = torch.addmm(bias, states[b][keep].to(torch.bfloat16), weight.t())
+            z = wta_product(states[b][keep], weight, bias, torch.bfloat16)  # this process's path
             ref_values, ref_dims = torch.topk(z, k + 1, dim=1)
             tied = ref_values[:, k - 1] == ref_values[:, k]
             _, dims = top_winners(z, k)

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uhdsearch.encoder.pooling import l2_normalize, max_pool_winners
+from uhdsearch.encoder.precision import cast_for_product, wta_product
 from uhdsearch.encoder.wta import WTALayer
 
 
@@ -98,6 +99,7 @@ def test_cached_low_precision_weight_follows_weight_updates():
         layer.weight.mul_(-1.0)  # an optimizer step also bumps the version counter
         after = layer(tokens, 8, torch.bfloat16)
     assert not torch.equal(before[1].sort(dim=1).values, after[1].sort(dim=1).values)
-    fresh = torch.topk(torch.addmm(layer.bias.bfloat16(), tokens.bfloat16(), layer.weight.detach().bfloat16().t()),
-                       8, dim=1).indices
+    z = wta_product(tokens, cast_for_product(layer.weight.detach(), torch.bfloat16),
+                    cast_for_product(layer.bias.detach(), torch.bfloat16), torch.bfloat16)
+    fresh = torch.topk(z, 8, dim=1).indices
     assert torch.equal(after[1].sort(dim=1).values, fresh.sort(dim=1).values)

@@ -20,6 +20,7 @@ import torch
 from uhdsearch.encoder.backbone import tokenize_texts
 from uhdsearch.encoder.lookup_neighbours import NeighbourTable, keep_largest
 from uhdsearch.encoder.pooling import l2_normalize
+from uhdsearch.encoder.precision import product_dtype
 from uhdsearch.errors import UsageError
 
 SUMMARIES = ("winners", "mean-state")
@@ -88,7 +89,7 @@ class CorpusTable:
         if neighbours:
             table.neighbours = NeighbourTable(table.vocab, model.config.dim, len(model.layers))
         rows = list(range(states.n)) if rows is None else list(rows)
-        dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+        dtype = product_dtype(model.config.wta_dtype)
         with torch.inference_mode():
             for start in range(0, len(rows), batch_size):
                 batch = rows[start:start + batch_size]
@@ -151,7 +152,7 @@ class CorpusTable:
     def _mean_state_rows(self, b: int, layer: int, seen: np.ndarray, keep: int) -> sp.csr_matrix:
         ids = np.flatnonzero(seen)
         mean = (self._states[b][ids] / torch.from_numpy(self.occurrences[ids]).unsqueeze(1)).float()
-        dtype = torch.bfloat16 if self.model.config.wta_dtype == "bfloat16" else torch.float32
+        dtype = product_dtype(self.model.config.wta_dtype)
         with torch.inference_mode():
             values, dims = self.model.buckets.wta[str(layer)](mean, keep, dtype)
         values = values.clamp_min(0)  # as in the max-pool, a non-positive winner is no active dim

@@ -21,6 +21,7 @@ from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.device import resolve_device
 from uhdsearch.encoder.modes import evaluating
 from uhdsearch.encoder.onnx_backbone import OnnxBackbone
+from uhdsearch.encoder.precision import product_dtype
 from uhdsearch.encoder.states import TokenStates, compute_token_states
 from uhdsearch.encoder.top_layers import bucket_token_states
 from uhdsearch.errors import ModelFormatError, UsageError
@@ -154,7 +155,7 @@ class UHDEncoder(nn.Module):
         sparse: CSR float32 per bucket straight from the winners (inference; encoder/winners.py), else dense
         differentiable rows.
         """
-        dtype = torch.bfloat16 if self.config.wta_dtype == "bfloat16" else torch.float32
+        dtype = product_dtype(self.config.wta_dtype)
         device = self.device  # cached states live on the host
         tokens, token_text = [t.to(device) for t in tokens], token_text.to(device)
         if self.state_transforms:

@@ -6,17 +6,22 @@ import math
 import torch
 from torch import nn
 
+from uhdsearch.encoder.precision import cast_for_product, wta_path, wta_product
 from uhdsearch.encoder.winners import top_winners
 from uhdsearch.errors import UsageError
 
 
 class _WinnersOnly(torch.autograd.Function):
-    """z = x W^T + b, then top-k per row. Backward touches only the winners (§3.3), as sparse products."""
+    """z = x W^T + b, then top-k per row. Backward touches only the winners (§3.3), as sparse products.
+
+    The product is encoder/precision.py's: bfloat16 numbers on every CPU, native or emulated in float32.
+    """
 
     @staticmethod
     def forward(ctx, x, weight, bias, mask, k: int, dtype: torch.dtype, cast=None):
-        weight_cast, bias_cast = (weight.to(dtype), bias.to(dtype)) if cast is None else cast
-        z = torch.addmm(bias_cast, x.to(dtype), weight_cast.t())
+        if cast is None:
+            cast = (cast_for_product(weight.detach(), dtype), cast_for_product(bias.detach(), dtype))
+        z = wta_product(x, cast[0], cast[1], dtype)
         if z.device.type == "cpu":  # one tie rule for documents and queries, ~2x faster than torch.topk
             values, indices = top_winners(z, k)
         else:
@@ -82,7 +87,7 @@ class WTALayer(nn.Module):
         Args:
             tokens: (n_tokens, hidden) float32 states of non-padding tokens.
             wta_k: winners kept per token.
-            dtype: precision of the projection (bfloat16 is ~4x faster on CPUs with AMX).
+            dtype: the projection's numbers (bfloat16: encoder/precision.py picks how this CPU computes them).
         Returns:
             values (n_tokens, wta_k) float32 and indices (n_tokens, wta_k) int64.
         """
@@ -91,18 +96,21 @@ class WTALayer(nn.Module):
         return _WinnersOnly.apply(tokens, self.weight, self.bias, self.mask, wta_k, dtype, self._cast_weight(dtype))
 
     def _cast_weight(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The weight and bias in `dtype`, cached while they cannot change (no autograd).
+        """The weight and bias as the product takes them (precision.cast_for_product), cached while they cannot
+        change (no autograd).
 
         Casting an 81,920 x 384 matrix costs ~90 ms, ten times the projection of a 32-token query.
         """
         if dtype == self.weight.dtype or (torch.is_grad_enabled() and self.weight.requires_grad):
             return None
-        key = (self.weight.data_ptr(), self.weight._version, self.bias.data_ptr(), self.bias._version, dtype)
+        key = (self.weight.data_ptr(), self.weight._version, self.bias.data_ptr(), self.bias._version, dtype,
+               wta_path())
         if getattr(self, "_cast_key", None) != key:
             with torch.no_grad():
                 # Stored transposed, (hidden, dim) contiguous, viewed back as (dim, hidden): the product
                 # x @ W^T then streams W row-major, ~15 % faster for a query's few tokens.
-                self._cast = (self.weight.detach().to(dtype).t().contiguous().t(), self.bias.detach().to(dtype))
+                weight = cast_for_product(self.weight.detach(), dtype)
+                self._cast = (weight.t().contiguous().t(), cast_for_product(self.bias.detach(), dtype))
             self._cast_key = key
         return self._cast
 

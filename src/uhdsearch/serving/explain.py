@@ -44,10 +44,12 @@ def token_winners(encoder, texts: Sequence[str], kind: str) -> list[list[TokenWi
     """Per text, per bucket, the winners of every token, as the encoder computes them before pooling."""
     import torch
 
+    from uhdsearch.encoder.precision import product_dtype
+
     config = encoder.config
     max_length = config.query_max_length if kind == "query" else config.document_max_length
     batch = encoder.backbone.tokenize(list(texts), max_length)
-    dtype = torch.bfloat16 if config.wta_dtype == "bfloat16" else torch.float32
+    dtype = product_dtype(config.wta_dtype)
     with torch.inference_mode():
         states = encoder.backbone(batch["input_ids"], batch["attention_mask"], encoder.layers)
         keep = batch["attention_mask"].bool()

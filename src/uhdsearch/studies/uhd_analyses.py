@@ -156,11 +156,13 @@ def _token_winners(model, texts: list[str], kind: str):
     """Per token of `texts`: its text, its string, and its WTA winners (dims, values)."""
     import torch
 
+    from uhdsearch.encoder.precision import product_dtype
+
     states = model.token_states(texts, kind, show_progress=False)
     layer = model.layers[0]
     tokens, owner = states.gather(range(states.n), [layer])
     with torch.inference_mode():
-        values, dims = model.buckets.wta[str(layer)](tokens[0], model.config.wta_k)
+        values, dims = model.buckets.wta[str(layer)](tokens[0], model.config.wta_k, product_dtype(model.config.wta_dtype))
     strings = [texts[o][a:b] or "[special]" for o, (a, b) in zip(owner.tolist(), states.char_spans.tolist())]
     return owner.numpy(), strings, dims.numpy(), values.float().numpy()
 

@@ -39,6 +39,7 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
     import torch
 
     from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.encoder.precision import product_dtype
     from uhdsearch.encoder.wta import WTALayer
     from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
     from uhdsearch.studies.uhd_analyses import _scores_row
@@ -52,7 +53,7 @@ def run(out_dir: Path, cache_dir: Path, options: dict[str, Any]) -> dict[str, An
     key = f"{model.digest()[:16]}-{len(doc_ids)}-{options['seed']}"
     d_states = _states(model, [data.corpus[d].full_text for d in doc_ids], "document", cache_dir / f"docs-{key}.pt")
     q_states = _states(model, [q.text for q in data.queries], "query", cache_dir / f"queries-{key}.pt")
-    dtype = torch.bfloat16 if model.config.wta_dtype == "bfloat16" else torch.float32
+    dtype = product_dtype(model.config.wta_dtype)
     batch = int(options["tokens_per_batch"])
 
     ks = sorted(int(k) for k in options["wta_ks"])
