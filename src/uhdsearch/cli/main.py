@@ -369,6 +369,9 @@ app.command()(lookup)
 from uhdsearch.cli.scale import export_app  # noqa: E402 - typer only; its commands import ray/pymilvus lazily
 
 app.add_typer(export_app, name="export")
+from uhdsearch.cli.info import info  # noqa: E402
+
+app.command()(info)
 
 
 def main(argv: list[str] | None = None) -> int:
