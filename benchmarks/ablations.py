@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
-from settings import default_config, read_config, relative
+from settings import default_config, machine_record, read_config, relative
 
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.model import UHDEncoder
@@ -136,7 +136,8 @@ def main() -> None:
     previous = json.loads(out.read_text())["rows"] if out.is_file() else []
     rows = [r for r in previous if r["variant"] not in set(names)] + rows  # runs of other variants are kept
     out.write_text(json.dumps({"dataset": data.name, "split": "test", "config": relative(args.config), "rows": rows,
-                               "minutes_last_run": round((time.time() - start) / 60, 1)}, indent=1) + "\n")
+                               "minutes_last_run": round((time.time() - start) / 60, 1),
+                               "machine": machine_record()}, indent=1) + "\n")
     print(f"wrote {out}")
 
 

@@ -75,5 +75,13 @@ def parse_args(parser: argparse.ArgumentParser, script: str,
 
 
 def record(path: Path, settings: dict[str, Any]) -> dict[str, Any]:
-    """The keys every result JSON carries about its settings."""
-    return {"config_file": relative(path), "settings": settings}
+    """The keys every result JSON carries about its settings and the machine it ran on (a timing means little
+    without its CPU: model, capability, bfloat16 hardware and the WTA product's path)."""
+    return {"config_file": relative(path), "settings": settings, "machine": machine_record()}
+
+
+def machine_record() -> dict[str, Any]:
+    """uhdsearch's CPU record (encoder/machine.py), for scripts that write a result JSON without `record`."""
+    from uhdsearch.encoder.machine import cpu_record
+
+    return cpu_record()

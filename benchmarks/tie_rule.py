@@ -28,7 +28,7 @@ from uhdsearch.types import Run, ScoredDoc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encoded_cache import load_model, token_states  # noqa: E402
-from settings import ROOT, comma_list  # noqa: E402
+from settings import ROOT, comma_list, machine_record  # noqa: E402
 
 OUT_JSON = ROOT / "benchmarks" / "results" / "tie_rule.json"
 
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{r['collection']:<10} {r['rule']:<11} {r['binary']:>7.4f} {r['weighted']:>8.4f} "
               f"{r['doc_active_dims']:>8.0f} {r.get('docs_changed', ''):>12} {r.get('mean_jaccard', ''):>8}")
     OUT_JSON.write_text(json.dumps({"script": "benchmarks/tie_rule.py", "model": args.model,
-                                    "model_digest": model.digest(), "rows": rows}, indent=1) + "\n")
+                                    "model_digest": model.digest(), "rows": rows,
+                                    "machine": machine_record()}, indent=1) + "\n")
     print(f"wrote {OUT_JSON}")
 
 
