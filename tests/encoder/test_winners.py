@@ -36,6 +36,23 @@ def test_top_winners_follow_the_tie_rule(n, dim, k, seed, levels, dtype):
     assert torch.equal(values, torch.gather(z, 1, dims).float())
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 6), dim=st.integers(1, 700), k=st.integers(1, 60), seed=st.integers(0, 10_000),
+       rows=st.sampled_from([1, PARALLEL_ROWS]), halfway=st.booleans())
+def test_float32_read_as_bfloat16_gives_the_winners_of_the_rounded_tensor(n, dim, k, seed, rows, halfway):
+    """The emulated path's top-k rounds as it reads: exactly the winners and values of z.bfloat16(), including
+    values that sit halfway between two bfloat16 numbers (ties to even) and negatives."""
+    k = min(k, dim)
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n if rows == 1 else rows, dim, generator=g)
+    if halfway:  # bfloat16 numbers plus half a step: rounding decides between neighbours
+        z = z.bfloat16().float().view(torch.int32) | 0x8000
+        z = z.view(torch.float32)
+    values, dims = top_winners(z, k, round_bfloat16=True)
+    want_values, want_dims = top_winners(z.bfloat16(), k)
+    assert torch.equal(dims, want_dims) and torch.equal(values, want_values)
+
+
 def test_top_winners_agree_with_torch_topk_wherever_the_kth_value_is_not_tied():
     g = torch.Generator().manual_seed(0)
     z = (torch.randn(PARALLEL_ROWS + 3, 4099, generator=g) * 3).to(torch.bfloat16)  # the parallel kernel

@@ -90,9 +90,17 @@ def wta_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dtype
         >>> z.dtype, tuple(z.shape)
         (torch.bfloat16, (3, 5))
     """
+    z, round_later = wta_scores(x, weight, bias, dtype)
+    return z.to(torch.bfloat16) if round_later else z
+
+
+def wta_scores(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+               dtype: torch.dtype) -> tuple[torch.Tensor, bool]:
+    """wta_product, except that the emulated path leaves its float32 output unrounded and says so (True): the
+    top-k kernel rounds the values as it reads them (winners.top_winners), saving a pass over (n, dim)."""
     if dtype != torch.bfloat16 or _native_on(x):
-        return torch.addmm(bias, x.to(dtype), weight.t())
-    return torch.addmm(bias, x.to(torch.bfloat16).float(), weight.t()).to(torch.bfloat16)
+        return torch.addmm(bias, x.to(dtype), weight.t()), False
+    return torch.addmm(bias, x.to(torch.bfloat16).float(), weight.t()), True
 
 
 def _native_on(tensor: torch.Tensor) -> bool:

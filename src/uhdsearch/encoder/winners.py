@@ -7,6 +7,9 @@ torch.topk leaves the order of equal values unspecified, and bfloat16's 8-bit ma
 k-th place common; this kernel fixes the rule (value descending, then dimension ascending). It is also cheaper:
 a row's 128-wide block maxima bound the k-th value from below, so only the few blocks that can hold a winner are
 scanned twice.
+
+Given float32 products and `round_bfloat16`, it chooses among the values rounded to bfloat16 as it reads them
+(encoder/precision.py's emulated path): the same winners as on the rounded tensor, without a pass that writes it.
 """
 from __future__ import annotations
 
@@ -26,20 +29,32 @@ def _key(bits, top):
     return 0 if key == -1 else key
 
 
+@numba.njit(cache=True, inline="always")
+def _bits(value, rounding):
+    # float32 bits -> the bits of the nearest bfloat16, ties to even (as torch rounds), sign-extended; the map is
+    # monotone in the signed-integer order, so the maximum of rounded bits is the rounded maximum.
+    if rounding:
+        v = np.int64(value)
+        return (v + 0x7FFF + ((v >> 16) & 1)) >> 16
+    return np.int64(value)
+
+
 @numba.njit(cache=True)
-def _row_winners(row, k, top, out_dims):
-    """Fill out_dims (k,) with the winners of one row of signed-integer float bits, best first."""
+def _row_winners(row, k, top, out_dims, rounding):
+    """Fill out_dims (k,) with the winners of one row of signed-integer float bits, best first.
+
+    rounding: `row` holds float32 bits to be read as the nearest bfloat16 (then `top` is bfloat16's 15)."""
     dim = row.shape[0]
     n_blocks = (dim + BLOCK - 1) // BLOCK
     maxima = np.empty(n_blocks, np.int64)
     for b in range(n_blocks):
         # Raw bits order like floats among non-negative values (the usual winners): a vectorized max.
-        maxima[b] = row[b * BLOCK : min(dim, (b + 1) * BLOCK)].max()
+        maxima[b] = _bits(row[b * BLOCK : min(dim, (b + 1) * BLOCK)].max(), rounding)
     if np.sort(maxima)[max(n_blocks - k, 0)] <= 0:  # fewer than k blocks hold a positive value: exact keys
         for b in range(n_blocks):
-            best = _key(np.int64(row[b * BLOCK]), top)
+            best = _key(_bits(row[b * BLOCK], rounding), top)
             for j in range(b * BLOCK + 1, min(dim, (b + 1) * BLOCK)):
-                best = max(best, _key(np.int64(row[j]), top))
+                best = max(best, _key(_bits(row[j], rounding), top))
             maxima[b] = best
     # The k best elements lie in at most k blocks, so the k-th largest element is >= the k-th largest block maximum.
     bound = np.sort(maxima)[n_blocks - k] if n_blocks >= k else -(np.int64(1) << top)
@@ -52,7 +67,7 @@ def _row_winners(row, k, top, out_dims):
     for b in range(n_blocks):
         if maxima[b] >= bound:
             for j in range(b * BLOCK, min(dim, (b + 1) * BLOCK)):
-                key = _key(np.int64(row[j]), top)
+                key = _key(_bits(row[j], rounding), top)
                 if key >= bound:
                     # (max key - key, dim) in one integer: ascending order is value desc, then dim asc
                     codes[n] = (((np.int64(1) << top) - 1 - key) << 24) | j
@@ -63,23 +78,25 @@ def _row_winners(row, k, top, out_dims):
 
 
 @numba.njit(cache=True, parallel=True)
-def _winners(rows, k, top, dims):
+def _winners(rows, k, top, dims, rounding):
     for i in numba.prange(rows.shape[0]):
-        _row_winners(rows[i], k, top, dims[i])
+        _row_winners(rows[i], k, top, dims[i], rounding)
 
 
 @numba.njit(cache=True)
-def _winners_serial(rows, k, top, dims):
+def _winners_serial(rows, k, top, dims, rounding):
     for i in range(rows.shape[0]):
-        _row_winners(rows[i], k, top, dims[i])
+        _row_winners(rows[i], k, top, dims[i], rounding)
 
 
 # Below this many rows (a query's tokens) waking numba's thread pool costs more than it saves.
 PARALLEL_ROWS = 256
 
 
-def top_winners(z: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def top_winners(z: torch.Tensor, k: int, round_bfloat16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The k largest entries of each row of a contiguous CPU (n, dim) bfloat16 or float32 tensor.
+
+    round_bfloat16: a float32 `z` is read as rounded to bfloat16 (the winners and values of `z.bfloat16()`).
 
     Returns:
         values (n, k) float32 and dimensions (n, k) int64, best first; equal values by dimension ascending.
@@ -89,19 +106,21 @@ def top_winners(z: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         >>> values.tolist(), dims.tolist()
         ([[2.0, 2.0]], [[1, 2]])
     """
+    rounding = round_bfloat16 and z.dtype == torch.float32
     if z.dtype == torch.bfloat16:
         bits, top = z.contiguous().view(torch.int16).numpy(), 15
     elif z.dtype == torch.float32:
-        bits, top = z.contiguous().view(torch.int32).numpy(), 31
+        bits, top = z.contiguous().view(torch.int32).numpy(), 15 if rounding else 31
     else:
         raise TypeError(f"top_winners takes bfloat16 or float32 scores, not {z.dtype}")
     if not 0 < k <= bits.shape[1] or bits.shape[1] >= 1 << 24:
         raise ValueError(f"k={k} must be in 1..{bits.shape[1]} (dims below 2**24)")
     dims = np.empty((bits.shape[0], k), np.int64)
     if bits.shape[0]:
-        (_winners if bits.shape[0] >= PARALLEL_ROWS else _winners_serial)(bits, k, top, dims)
+        (_winners if bits.shape[0] >= PARALLEL_ROWS else _winners_serial)(bits, k, top, dims, rounding)
     indices = torch.from_numpy(dims)
-    return torch.gather(z, 1, indices).float(), indices
+    values = torch.gather(z, 1, indices)
+    return (values.to(torch.bfloat16) if rounding else values).float(), indices
 
 
 @numba.njit(cache=True)

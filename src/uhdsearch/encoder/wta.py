@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from uhdsearch.encoder.precision import cast_for_product, wta_path, wta_product
+from uhdsearch.encoder.precision import cast_for_product, wta_path, wta_scores
 from uhdsearch.encoder.winners import top_winners
 from uhdsearch.errors import UsageError
 
@@ -21,9 +21,9 @@ class _WinnersOnly(torch.autograd.Function):
     def forward(ctx, x, weight, bias, mask, k: int, dtype: torch.dtype, cast=None):
         if cast is None:
             cast = (cast_for_product(weight.detach(), dtype), cast_for_product(bias.detach(), dtype))
-        z = wta_product(x, cast[0], cast[1], dtype)
+        z, round_later = wta_scores(x, cast[0], cast[1], dtype)
         if z.device.type == "cpu":  # one tie rule for documents and queries, ~2x faster than torch.topk
-            values, indices = top_winners(z, k)
+            values, indices = top_winners(z, k, round_bfloat16=round_later)
         else:
             values, indices = torch.topk(z, k, dim=1, sorted=False)
             values = values.float()
