@@ -172,7 +172,7 @@ class UHDEncoder(nn.Module):
 
     def encode_states(
         self, states: TokenStates, kind: Kind = "document", batch_size: int = 64, wta_k: int | None = None,
-        show_progress: bool = True, rows: Sequence[int] | None = None,
+        show_progress: bool = True, rows: Sequence[int] | None = None, desc: str | None = None,
     ) -> SparseEncoding:
         """Encode texts whose backbone states were computed once (compute_token_states); `rows` picks a subset.
 
@@ -182,8 +182,8 @@ class UHDEncoder(nn.Module):
         parts: list[list[sp.csr_matrix]] = [[] for _ in self.layers]
         rows = list(range(states.n)) if rows is None else list(rows)
         with torch.inference_mode():
-            for start in tqdm(range(0, len(rows), batch_size), desc=f"encode {_PLURAL[kind]}", disable=not show_progress,
-                              leave=False):
+            for start in tqdm(range(0, len(rows), batch_size), desc=desc or f"encode {_PLURAL[kind]}",
+                              disable=not show_progress, leave=False, unit="batch"):
                 batch = rows[start : start + batch_size]
                 tokens, token_text = bucket_token_states(self.backbone, states, batch, self.layers, None)
                 for b, v in enumerate(self.pool_tokens(tokens, token_text, len(batch), wta_k, sparse=True)):

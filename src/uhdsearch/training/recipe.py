@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import logging
 import random
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,18 +27,16 @@ from uhdsearch.encoder.states import TokenStates, compute_token_states
 from uhdsearch.encoder.top_layers import cut_layer, input_layers
 from uhdsearch.errors import UsageError
 from uhdsearch.evaluation.datasets import BeirData, load_beir
-from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.base import check_length_norm
-from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.lengthnorm import LENGTH_NORM
-from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
+from uhdsearch.training.dev_checks import DevCheck, DevSplit, announce
 from uhdsearch.training.mining import ModelMiner, mine_with_teacher
 from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query
 from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, SumOfMaxTeacher, rank_with_teacher
 from uhdsearch.training.trainer import TeacherScorer, TrainingArgs, TrainingResult, train
 from uhdsearch.training.transfer import load_head
-from uhdsearch.types import Document, Qrels, Query
+from uhdsearch.types import Document, Query
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +45,6 @@ _ENCODER_FIELDS = frozenset(f.name for f in dataclasses.fields(EncoderConfig)) -
 _TRAINING_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainingArgs)) - {"seed"}
 _ALIASES = {"max_train_minutes": "max_minutes"}  # the name Recipe used before it held a TrainingArgs
 
-DevSplit = tuple[list[Query], Qrels]
 TEACHERS = ("dense", "sum-of-max")
 
 
@@ -216,7 +214,8 @@ def train_on_collection(
         dev = teacher_judged(judge, documents, dev, recipe.judged_depth)
     # With the top layers training, dev documents are re-encoded from the states at their input.
     eval_fn = dev_evaluator(states.select(cached) if cached else None, documents, dev,
-                            length_norm=recipe.dev_length_norm) if dev and args.eval_every else None
+                            length_norm=recipe.dev_length_norm, frozen_backbone=args.train_backbone_layers == 0,
+                            show_progress=show_progress) if dev and args.eval_every else None
     negatives = bm25_negatives(documents, pairs, recipe.hard_negative_depth) if recipe.hard_negative_depth > 0 \
         else mined_negatives
     remine = None
@@ -273,7 +272,9 @@ def choose_head_and_query_length(
         model.load_state_dict(state, strict=False)
         for length in sorted(set(lengths)):
             model.config = config.replace(query_max_length=int(length))
+            start = time.perf_counter()
             rows.append({"head": head, "query_max_length": int(length), "dev": score(model)})
+            announce(f"{head} head, queries cut at {length} tokens", rows[-1]["dev"], time.perf_counter() - start)
     best = max(rows, key=lambda r: r["dev"])  # max keeps the first of equal scores
     model.load_state_dict(untrained if best["head"] == "untrained" else trained, strict=False)
     model.config = config.replace(query_max_length=best["query_max_length"])
@@ -344,31 +345,15 @@ def training_pairs(
 
 def dev_evaluator(
     states: TokenStates | None, documents: Sequence[Document], dev: DevSplit, n_documents: int = 1_000,
-    length_norm: float = 0.0,
-) -> Callable[[UHDEncoder], float]:
+    length_norm: float = 0.0, frozen_backbone: bool = False, show_progress: bool = False,
+) -> DevCheck:
     """nDCG@10 of UHD-binary on held-out train queries over their positives plus a random sample of documents.
 
-    A sample keeps each evaluation to seconds; states=None re-encodes (the backbone is training).
+    A sample keeps each evaluation to seconds; states=None re-encodes (the backbone is training). What does not
+    change between checks is computed once (training/dev_checks.py).
     length_norm: 0 scores plain counts, the model's own score; alpha > 0 the length-normalized search score.
     """
-    queries, qrels = dev
-    judged = {d for rel in qrels.values() for d in rel}
-    rows = [i for i, d in enumerate(documents) if d.doc_id in judged]
-    others = [i for i, d in enumerate(documents) if d.doc_id not in judged]
-    rows = sorted(rows + random.Random(0).sample(others, max(0, min(len(others), n_documents - len(rows)))))
-    doc_ids = [documents[i].doc_id for i in rows]
-
-    def score(model: UHDEncoder) -> float:
-        if states is not None:
-            encoded = model.encode_states(states, show_progress=False, rows=rows)
-        else:
-            encoded = model.encode_document([documents[i].full_text for i in rows], show_progress=False)
-        index = BinaryIndex.from_encoding(encoded, doc_ids, None)
-        # every dim; plain counts (the model's own score, as training sees it) unless asked otherwise
-        searcher = Searcher(model, index, "binary", max_df=None, length_norm=length_norm or None)
-        return evaluate(searcher.search(queries, k=100), qrels, ["nDCG@10"])["nDCG@10"]
-
-    return score
+    return DevCheck(states, documents, dev, n_documents, length_norm, frozen_backbone, show_progress)
 
 
 def build_teacher(

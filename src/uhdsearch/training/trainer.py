@@ -255,7 +255,8 @@ def train(
             result.steps += 1
             result.losses.append(float(loss.detach()))
             bar.update(1)
-            bar.set_postfix(loss=f"{np.mean(result.losses[-20:]):.4f}")
+            bar.set_postfix(loss=f"{np.mean(result.losses[-20:]):.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}",
+                            **({"best_dev": f"{result.best_score:.4f}"} if result.best_score is not None else {}))
             if args.eval_every and eval_fn and result.steps % args.eval_every == 0:
                 best_state = _evaluate(model, eval_fn, result, best_state)
             if remine is not None and result.steps % args.remine_every == 0 and result.steps < total_steps:
@@ -311,10 +312,11 @@ def _remine(model, remine, pairs: Sequence[TrainingPair], result: TrainingResult
 
 def _evaluate(model, eval_fn, result: TrainingResult, best_state):
     model.eval()
+    start = time.perf_counter()
     score = float(eval_fn(model))
     model.train()
     result.evals.append((result.steps, score))
-    tqdm.write(f"step {result.steps}: dev score {score:.4f}", file=sys.stderr)
+    tqdm.write(f"step {result.steps}: dev score {score:.4f} ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     if result.best_score is None or score > result.best_score:
         result.best_score, result.best_step = score, result.steps
         return copy.deepcopy({k: v for k, v in model.state_dict().items()})
