@@ -111,7 +111,10 @@ def test_the_settings_file_holds_the_former_defaults(script):
     assert values == FORMER[name]
     assert {key: type(value) for key, value in values.items()} == {key: type(v) for key, v in FORMER[name].items()}
     assert all(getattr(args, key) == value for key, value in FORMER[name].items())
-    assert settings.record(path, values) == {"config_file": f"benchmarks/configs/{name}.toml", "settings": values}
+    recorded = settings.record(path, values)
+    assert recorded == {"config_file": f"benchmarks/configs/{name}.toml", "settings": values,
+                        "machine": recorded["machine"]}
+    assert recorded["machine"]["cpu_capability"] and recorded["machine"]["wta_path"] in ("native", "emulated")
 
 
 def test_the_command_line_overrides_single_settings(script):

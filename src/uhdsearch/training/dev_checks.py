@@ -117,7 +117,10 @@ class DevCheck:
         """The weights and settings a document encoding depends on (not the query token limit)."""
         h = hashlib.blake2b(digest_size=16)
         h.update(repr(model.config.replace(query_max_length=2, query_k=None)).encode())
-        hash_state(h, model.state_dict())
+        state = model.state_dict()
+        if self.frozen_backbone:  # it cannot change: hashing its ~90 MB each check would cost seconds
+            state = {k: v for k, v in state.items() if not k.startswith("backbone.")}
+        hash_state(h, state)
         return h.hexdigest()
 
     def _remember(self, fingerprint: str, score: float, index: BinaryIndex) -> None:
