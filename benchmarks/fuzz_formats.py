@@ -1,0 +1,532 @@
+"""Format fuzzer: damaged on-disk artifacts must end in a clear error or in results naming real documents.
+
+Every on-disk format (static binary and weighted indexes, impact planes, segmented indexes with their deletion
+bitsets, shards as split_index writes them, query lookup tables) is written once, small; each case copies one,
+applies one seeded mutation (bit flips, truncations inside arrays and of files, swapped arrays, values and
+manifest fields set to 0, -1, n+1 and huge, padding bits set, damaged doc_ids.txt), re-computes every checksum so
+that the damage reaches the loaders and kernels, then opens and searches it (every scoring, length
+normalization, the forward store and probes, decompression). Cases run in batches in worker processes; a worker
+announces each case before running it, so a signal is attributed to its case and the worker is restarted after it.
+
+Outcomes: "ok" (results name only documents of the index), "error" (a uhdsearch error or FileNotFoundError),
+"unclear" (any other exception: a bug, though not a crash), "wrong" (a number outside the index), "crash" (the
+worker died by a signal), "hang" (the batch ran out of time).
+
+    .venv/bin/python benchmarks/fuzz_formats.py --cases 10000          # writes benchmarks/results/fuzz_formats.json
+    .venv/bin/python benchmarks/fuzz_formats.py --cases 200 --formats binary,segmented --no-write
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = ROOT / "benchmarks" / "results" / "fuzz_formats.json"
+FORMATS = ("binary", "weighted", "planes", "segmented", "shards", "lookup")
+MUTATIONS = ("bitflip", "truncate_array", "truncate_file", "swap", "set_value", "padding", "meta_field",
+             "doc_ids")
+N_DOCS, DIM, N_BUCKETS = 2500, 256, 2
+LOOKUP_TOKENS = 200
+
+
+# ------------------------------------------------------------------ the formats, written once
+def encoding(n: int = N_DOCS, seed: int = 0):
+    """Seeded sparse vectors with Zipf-like dim frequencies: bitmap dims, one-block and many-block lists."""
+    from uhdsearch.sparse import SparseEncoding
+
+    rng = np.random.default_rng(seed)
+    share = 0.6 / np.arange(1, DIM + 1) ** 0.9
+    buckets = []
+    for _ in range(N_BUCKETS):
+        dense = rng.random((n, DIM)) < rng.permutation(share)
+        m = sp.csr_matrix(dense.astype(np.float32))
+        m.data[:] = rng.uniform(0.1, 1.0, m.nnz).astype(np.float32)
+        buckets.append(m)
+    return SparseEncoding(buckets)
+
+
+def queries(n: int = 4, seed: int = 1):
+    """Integer-valued rows (levels 1..7): valid for binary, quantized and weighted scoring alike."""
+    from uhdsearch.sparse import SparseEncoding
+
+    rng = np.random.default_rng(seed)
+    buckets = []
+    for _ in range(N_BUCKETS):
+        m = sp.random(n, DIM, density=0.08, format="csr", dtype=np.float32, random_state=rng)
+        m.data[:] = rng.integers(1, 8, m.nnz).astype(np.float32)
+        buckets.append(m)
+    return SparseEncoding(buckets)
+
+
+def write_formats(work: Path, formats=FORMATS) -> dict[str, Path]:
+    from uhdsearch.index.impacts import ImpactPlanes
+    from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
+    from uhdsearch.index.live.segments import SegmentedIndex
+    from uhdsearch.scale.shards import split_index
+
+    enc, ids = encoding(), [f"doc{i}" for i in range(N_DOCS)]
+    out = {}
+    for name in formats:
+        path = work / name
+        if name == "binary":
+            BinaryIndex.from_encoding(enc, ids, path, "fuzz", bitmap_bias=1.5)
+        elif name == "weighted":
+            WeightedIndex.from_encoding(enc, ids, path, "fuzz", bitmap_bias=1.5)
+        elif name == "planes":
+            ImpactPlanes.from_encoding(enc, ids, encoder_digest="fuzz", path=path)
+        elif name == "segmented":
+            with SegmentedIndex.create(path, "binary", DIM, N_BUCKETS, "fuzz") as index:
+                index.add(enc[:1200], ids[:1200])
+                index.commit()
+                index.add(enc[1200:], ids[1200:])
+                index.delete(ids[5:400:7])
+                index.commit()
+        elif name == "shards":
+            split_index(BinaryIndex.from_encoding(enc, ids, None, "fuzz"), 2, path)
+        elif name == "lookup":
+            write_lookup(path)
+        out[name] = path
+    return out
+
+
+def write_lookup(model_dir: Path) -> None:
+    import importlib.util
+
+    from uhdsearch.encoder.config import EncoderConfig
+    from uhdsearch.encoder.lookup import LookupEncoder
+    from uhdsearch.encoder.model import UHDEncoder
+
+    backbone = Path(list(importlib.util.find_spec("cognition").submodule_search_locations)[0]) / "model"
+    model = UHDEncoder.new(backbone, EncoderConfig(dim=DIM, wta_k=8, query_k=None, wta_dtype="float32")).eval()
+    model.save_pretrained(model_dir)
+    LookupEncoder.from_model(model, token_ids=np.arange(1000, 1000 + LOOKUP_TOKENS)).save(model_dir)
+
+
+# ------------------------------------------------------------------ mutations
+def _data_offset(path: Path) -> int:
+    with open(path, "rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        read(f)
+        return f.tell()
+
+
+def _value(rng: random.Random, n: int):
+    return rng.choice([0, -1, n + 1, n, 2 ** 31 - 1, 2 ** 32 - 1, 2 ** 62, -2 ** 40])
+
+
+def _store(flat: np.ndarray, at: int, value) -> None:
+    if flat.dtype.kind == "f":
+        flat[at] = float(value)
+    elif flat.dtype.kind in "US":
+        flat[at] = str(value)
+    else:
+        flat[at] = np.array(value % (1 << 64), np.uint64).astype(flat.dtype)  # wraps as a C writer's cast would
+
+
+def set_values(a: np.ndarray, rng: random.Random, bounds: list[int]) -> np.ndarray:
+    """A copy of `a` with 1-3 entries set to 0, -1, n+1, huge (or nan/inf for floats), n one of `bounds`."""
+    a = np.array(a)
+    flat = a.reshape(-1)
+    if flat.size == 0:
+        return np.zeros(rng.randrange(1, 4), a.dtype)
+    for _ in range(rng.randrange(1, 4)):
+        value = rng.choice([float("nan"), float("inf"), -1.0]) if a.dtype.kind == "f" and rng.random() < 0.3 \
+            else _value(rng, rng.choice(bounds + [flat.size]))
+        _store(flat, rng.randrange(flat.size), value)
+    return a
+
+
+def flip_bits(data: bytearray, start: int, rng: random.Random) -> None:
+    if len(data) <= start:
+        start = 0
+    for _ in range(rng.randrange(1, 9)):
+        at = rng.randrange(start, len(data))
+        data[at] ^= 1 << rng.randrange(8)
+
+
+def _n_documents_of(npy: Path) -> int:
+    for directory in (npy.parent, npy.parent.parent):
+        try:
+            return int(json.loads((directory / "index_meta.json").read_text())["n_documents"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return N_DOCS
+
+
+def set_padding(npy: Path, rng: random.Random) -> bool:
+    """Set bits past the last document: bitmaps' last words, or a deletion bitset's last byte."""
+    a = np.load(npy, allow_pickle=False)
+    if npy.name.endswith(".bitmaps.npy") and a.size:
+        n = _n_documents_of(npy)
+        words = (n + 63) // 64
+        if n % 64 == 0 or words == 0 or a.size % words:
+            return False
+        rows = a.reshape(-1, words).copy()
+        chosen = rng.sample(range(rows.shape[0]), rng.randrange(1, rows.shape[0] + 1))
+        rows[chosen, -1] |= ~np.uint64((1 << (n % 64)) - 1)
+        np.save(npy, rows.reshape(-1))
+        return True
+    if a.dtype == np.uint8 and a.size:  # a deletion bitset: packbits, padding in the last byte's low bits
+        a = a.copy()
+        a[-1] |= np.uint8(rng.randrange(1, 256))
+        np.save(npy, a)
+        return True
+    return False
+
+
+JSON_FIELDS = {"index_meta.json": ["dim", "n_documents", "n_buckets", "format_version", "bitmap_bias",
+                                   "impact_planes.dim", "impact_planes.doc_bits", "impact_planes.edges"],
+               "commit": ["dim", "n_documents", "n_buckets", "next_segment", "segments.n_documents",
+                          "segments.n_deleted", "segments.name", "segments"]}
+
+
+def set_json_field(path: Path, rng: random.Random) -> None:
+    body = json.loads(path.read_text())
+    fields = JSON_FIELDS["commit" if path.name.startswith("commit_") else "index_meta.json"]
+    key = rng.choice(fields)
+    parent, _, leaf = key.rpartition(".")
+    target = body
+    if parent:
+        target = body.get(parent)
+        if isinstance(target, list):
+            target = rng.choice(target) if target else {}
+        if not isinstance(target, dict):
+            return
+    old = target.get(leaf)
+    n = old if isinstance(old, int) and not isinstance(old, bool) else N_DOCS
+    target[leaf] = rng.choice([_value(rng, n), None, "x", 1.5, [], {}, True])
+    path.write_text(json.dumps(body))
+
+
+def mutate_doc_ids(path: Path, rng: random.Random) -> None:
+    lines = path.read_bytes().split(b"\n")
+    i = rng.randrange(max(1, len(lines) - 1))
+    choice = rng.randrange(5)
+    if choice == 0:
+        lines[i] = lines[i][:1] + bytes([rng.choice([0xff, 0xc3, 0x80, 0xed])]) + lines[i][1:]
+    elif choice == 1:
+        del lines[i]
+    elif choice == 2:
+        lines.insert(i, lines[i])
+    elif choice == 3:
+        lines[i] = b""
+    else:
+        lines[i] = b"a b\r"
+    path.write_bytes(b"\n".join(lines))
+
+
+def mutate(root: Path, rng: random.Random) -> str:
+    """Damage one artifact in place; returns what was done (for the report of a failing case)."""
+    kind = rng.choice(MUTATIONS)
+    npys = sorted(root.rglob("*.npy")) or sorted(root.rglob("*.npz"))
+    p = rng.choice(npys)
+    if p.suffix == ".npz":
+        return mutate_npz(p, rng, kind)
+    if kind == "bitflip":
+        data = bytearray(p.read_bytes())
+        flip_bits(data, _data_offset(p), rng)
+        p.write_bytes(bytes(data))
+    elif kind == "truncate_array":
+        a = np.load(p, allow_pickle=False)
+        np.save(p, a[:rng.randrange(a.shape[0])] if a.shape[0] else a)
+    elif kind == "truncate_file":
+        data = p.read_bytes()
+        p.write_bytes(data[:rng.randrange(len(data))])
+    elif kind == "swap":
+        q = rng.choice(npys)
+        a, b = p.read_bytes(), q.read_bytes()
+        p.write_bytes(b)
+        q.write_bytes(a)
+        return f"swap {p.relative_to(root)} {q.relative_to(root)}"
+    elif kind == "set_value":
+        np.save(p, set_values(np.load(p, allow_pickle=False), rng, [N_DOCS, DIM, _n_documents_of(p)]))
+    elif kind == "padding":
+        bitmaps = [q for q in npys if q.name.endswith(".bitmaps.npy") or q.parent == root and "deletions" in q.name]
+        p = rng.choice(bitmaps) if bitmaps else p
+        if not set_padding(p, rng):
+            np.save(p, set_values(np.load(p, allow_pickle=False), rng, [N_DOCS, DIM]))
+    elif kind == "meta_field":
+        p = rng.choice(sorted(root.rglob("index_meta.json")) + sorted(root.glob("commit_*.json")))
+        set_json_field(p, rng)
+    elif kind == "doc_ids":
+        p = rng.choice(sorted(root.rglob("doc_ids.txt")))
+        mutate_doc_ids(p, rng)
+    return f"{kind} {p.relative_to(root)}"
+
+
+def mutate_npz(path: Path, rng: random.Random, kind: str) -> str:
+    if kind == "truncate_file":
+        data = path.read_bytes()
+        path.write_bytes(data[:rng.randrange(len(data))])
+        return f"truncate_file {path.name}"
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    key = rng.choice(sorted(arrays))
+    a = arrays[key]
+    if kind in ("bitflip", "padding") and a.size:
+        raw = bytearray(a.tobytes())
+        flip_bits(raw, 0, rng)
+        arrays[key] = np.frombuffer(bytes(raw), a.dtype).reshape(a.shape)
+    elif kind == "truncate_array" and a.ndim == 1 and a.size:
+        arrays[key] = a[:rng.randrange(a.shape[0])]
+    elif kind == "swap":
+        other = rng.choice(sorted(arrays))
+        arrays[key], arrays[other] = arrays[other], a
+        key = f"{key} {other}"
+    elif kind == "meta_field":
+        del arrays[key]
+    else:
+        arrays[key] = set_values(a, rng, [DIM, LOOKUP_TOKENS])
+    np.savez(path, **arrays)
+    return f"{kind} {path.name}:{key}"
+
+
+def reseal(root: Path) -> None:
+    """Re-compute every manifest size and checksum (and each commit's checksum) over the damaged files."""
+    from uhdsearch.index.format import file_digest
+    from uhdsearch.index.live.commit import _body_digest
+
+    for meta_path in root.rglob("index_meta.json"):
+        try:
+            meta = json.loads(meta_path.read_text())
+            files = meta["files"]
+            for name, entry in files.items():
+                path = meta_path.parent / name
+                if path.is_file() and isinstance(entry, dict):
+                    entry.update(bytes=path.stat().st_size, sha256=file_digest(path))
+        except (ValueError, KeyError, TypeError, AttributeError, OSError):
+            continue
+        meta_path.write_text(json.dumps(meta))
+    for commit in root.glob("commit_*.json"):
+        try:
+            body = json.loads(commit.read_text())
+            body.pop("checksum", None)
+            for entry in body.get("segments") or []:
+                if not isinstance(entry, dict):
+                    continue
+                meta_path = root / str(entry.get("name")) / "index_meta.json"
+                if meta_path.is_file():
+                    entry["meta_sha256"] = file_digest(meta_path)
+                deletions = entry.get("deletions")
+                if isinstance(deletions, dict) and (root / str(deletions.get("file"))).is_file():
+                    deletions["sha256"] = file_digest(root / deletions["file"])
+            body["checksum"] = _body_digest(body)
+        except (ValueError, KeyError, TypeError, AttributeError, OSError):
+            continue
+        commit.write_text(json.dumps(body))
+
+
+# ------------------------------------------------------------------ one case: open and search what is left
+def _check_numbers(numbers: np.ndarray, scores: np.ndarray, doc_ids) -> None:
+    """A 'wrong' outcome unless every number is -1 or an index document with an id."""
+    n = len(doc_ids)
+    real = numbers[numbers >= 0]
+    if np.any(numbers < -1) or np.any(real >= n) or any(doc_ids[int(i)] is None for i in real) \
+            or not np.all(np.isfinite(scores[numbers >= 0]) | np.isinf(scores[numbers >= 0])):
+        raise WrongResults(f"numbers {real.min(initial=0)}..{real.max(initial=0)} for {n} documents")
+
+
+class WrongResults(Exception):
+    pass
+
+
+def search_everything(index, q) -> None:
+    from uhdsearch.index.impacts import ImpactPlanes
+    from uhdsearch.index.inverted import InvertedIndex
+
+    weights = [1.0] * index.n_buckets
+    if isinstance(index, ImpactPlanes):
+        _check_numbers(*index.search_encoded(q, 10, weights), index.doc_ids)
+        return
+    runs = [("binary", 0.0), ("binary", 0.5), ("quantized", 0.0)]
+    if index.variant == "weighted":
+        runs.append(("weighted", 0.0))
+    first = None
+    for scoring, alpha in runs:
+        numbers, scores = index.search_encoded(q, 10, weights, scoring, length_norm=alpha)
+        _check_numbers(numbers, scores, index.doc_ids)
+        first = numbers if first is None else first
+    candidates = np.unique(first[first >= 0])
+    index.overlap_counts(q[0:1], candidates)
+    if isinstance(index, InvertedIndex):
+        index.keep_forward(0.05)
+        index.overlap_counts(q[0:1], candidates, quantized=True)
+        index.document_vectors()
+
+
+def open_and_search(fmt: str, path: Path, q, model) -> None:
+    from uhdsearch.index.impacts import open_index
+    from uhdsearch.index.inverted import InvertedIndex
+    from uhdsearch.index.live.segments import SegmentedIndex
+
+    if fmt == "lookup":
+        from uhdsearch.encoder.lookup import LookupEncoder
+
+        encoded = LookupEncoder.load(path, model).encode(["bone density of mice", "the cell", ""], "query")
+        for m in encoded.buckets:
+            if m.shape != (3, DIM) or (m.nnz and (m.indices.min() < 0 or m.indices.max() >= DIM)):
+                raise WrongResults(f"lookup rows of shape {m.shape}")
+        return
+    if fmt == "segmented":
+        with SegmentedIndex.open(path) as index:
+            search_everything(index, q)
+        return
+    paths = sorted(path.glob("shard_*")) if fmt == "shards" else [path]
+    for p in paths:
+        search_everything(open_index(p) if fmt == "planes" else InvertedIndex.load(p), q)
+
+
+def run_case(fmt: str, seed: int, base: Path, work: Path, q, model) -> tuple[str, str]:
+    """(outcome, detail) of one seeded case; see the module docstring."""
+    import warnings
+
+    from uhdsearch.errors import UhdError
+
+    if fmt == "_signal":  # the harness's own check: a case that dies must be found and named
+        os.kill(os.getpid(), 6)
+    rng = random.Random(seed)
+    case = work / f"case-{seed}"
+    if fmt == "lookup":
+        case.mkdir()
+        shutil.copy(base / "query_lookup.npz", case)
+    else:
+        shutil.copytree(base, case)
+    try:
+        what = mutate(case, rng)
+        reseal(case)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                open_and_search(fmt, case, q, model)
+        except (UhdError, FileNotFoundError) as exc:
+            return "error", f"{what}: {type(exc).__name__}: {str(exc)[:300]}"
+        except WrongResults as exc:
+            return "wrong", f"{what}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - the point: any other exception is a finding
+            return "unclear", f"{what}: {type(exc).__name__}: {str(exc)[:300]}"
+        return "ok", what
+    finally:
+        shutil.rmtree(case, ignore_errors=True)
+
+
+def worker() -> None:
+    """Read {"bases", "work", "cases"} on stdin; print 'S <id>' before and one JSON line after each case."""
+    job = json.loads(sys.stdin.read())
+    bases, work = {k: Path(v) for k, v in job["bases"].items()}, Path(job["work"])
+    q, model = queries(), None
+    for case_id, fmt, seed in job["cases"]:
+        if fmt == "lookup" and model is None:
+            from uhdsearch.encoder.model import UHDEncoder
+
+            model = UHDEncoder.from_pretrained(bases["lookup"])
+        print(f"S {case_id}", flush=True)
+        outcome, detail = run_case(fmt, seed, bases.get(fmt, work), work, q, model)
+        print(json.dumps({"id": case_id, "format": fmt, "seed": seed, "outcome": outcome, "detail": detail}),
+              flush=True)
+
+
+# ------------------------------------------------------------------ the parent: batches, signals, attribution
+def run_cases(cases: list[tuple[int, str, int]], bases: dict[str, Path], work: Path, batch: int = 400,
+              timeout: float = 600.0) -> list[dict]:
+    """Run cases in worker processes, `batch` at a time; a worker killed by a signal (or out of time) is charged
+    to the case it had announced, and the rest of its batch runs in a new worker."""
+    results: list[dict] = []
+    pending = list(cases)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    while pending:
+        chunk, pending = pending[:batch], pending[batch:]
+        job = json.dumps({"bases": {k: str(v) for k, v in bases.items()}, "work": str(work), "cases": chunk})
+        try:
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker"], input=job, text=True,
+                                  capture_output=True, timeout=timeout, env=env)
+            stdout, code = proc.stdout, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            stdout, code = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), None
+        done, started = set(), None
+        for line in stdout.splitlines():
+            if line.startswith("S "):
+                started = int(line[2:])
+            elif line.startswith("{"):
+                record = json.loads(line)
+                results.append(record)
+                done.add(record["id"])
+        if len(done) == len(chunk):
+            continue
+        by_id = {c[0]: c for c in chunk}
+        if started is not None and started not in done:
+            _, fmt, seed = by_id[started]
+            outcome = "hang" if code is None else "crash" if code < 0 else "harness"
+            tail = "" if code is None else proc.stderr[-500:]
+            results.append({"id": started, "format": fmt, "seed": seed, "outcome": outcome,
+                            "detail": f"worker exit {code}: {tail}"})
+            done.add(started)
+        elif code != 0:
+            raise RuntimeError(f"fuzz worker failed before its first case (exit {code}): {proc.stderr[-2000:]}")
+        pending = [c for c in chunk if c[0] not in done] + pending
+    return sorted(results, key=lambda r: r["id"])
+
+
+def make_cases(n: int, formats, seed: int = 0) -> list[tuple[int, str, int]]:
+    return [(i, formats[i % len(formats)], seed * 1_000_003 + i) for i in range(n)]
+
+
+def summary(results: list[dict]) -> dict:
+    from collections import Counter
+
+    by_format: dict[str, Counter] = {}
+    for r in results:
+        by_format.setdefault(r["format"], Counter())[r["outcome"]] += 1
+    outcomes = Counter(r["outcome"] for r in results)
+    return {"n_cases": len(results), "n_crashes": outcomes["crash"] + outcomes["hang"],
+            "n_unclear": outcomes["unclear"] + outcomes["wrong"] + outcomes["harness"], "outcomes": dict(outcomes),
+            "by_format": {k: dict(v) for k, v in sorted(by_format.items())},
+            "findings": [r for r in results if r["outcome"] not in ("ok", "error")][:50]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cases", type=int, default=10000)
+    parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument("--no-write", action="store_true", help="print the summary only")
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker()
+        return 0
+    import platform
+
+    formats = tuple(args.formats.split(","))
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="uhd-fuzz-") as tmp:
+        work = Path(tmp)
+        bases = write_formats(work / "bases", formats)
+        results = run_cases(make_cases(args.cases, formats, args.seed), bases, work, args.batch)
+    out = {"command": "python benchmarks/fuzz_formats.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "seed": args.seed, "formats": list(formats), "mutations": list(MUTATIONS),
+           "seconds": round(time.perf_counter() - t0, 1), "cpu": platform.processor() or platform.machine(),
+           **summary(results)}
+    print(json.dumps({k: v for k, v in out.items() if k != "findings"}, indent=1))
+    for r in out["findings"][:20]:
+        print(r, file=sys.stderr)
+    if not args.no_write:
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+    return 1 if out["n_crashes"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
