@@ -200,11 +200,11 @@ def check_output_dir(out: str | os.PathLike, inputs: dict[str, str | os.PathLike
         ...
         uhdsearch.errors.UsageError: --out /data/scifact/index lies inside --data /data/scifact; write the output elsewhere
     """
-    out_path = Path(out).resolve()
+    out_path = _resolved(out, option)
     for name, given in inputs.items():
         if given is None:
             continue
-        source = Path(given).resolve()
+        source = _resolved(given, name)
         if out_path == source:
             relation = "is"
         elif source in out_path.parents:
@@ -215,6 +215,13 @@ def check_output_dir(out: str | os.PathLike, inputs: dict[str, str | os.PathLike
             continue
         raise UsageError(f"{option} {out} {relation} {name} {given}; write the output elsewhere")
 
+
+
+def _resolved(path: str | os.PathLike, option: str) -> Path:
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as exc:  # Python 3.11 says RuntimeError for a symlink loop, later ones OSError
+        raise UsageError(f"{option} {path} cannot be resolved: {exc}") from None
 
 
 def fsync_dir(path: Path) -> None:
