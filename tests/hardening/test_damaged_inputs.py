@@ -66,7 +66,8 @@ def test_train_float_options_refuse_nan_and_inf_at_parse_time(tmp_path, scifact_
     out = tmp_path / "model"
     code, stdout, err = call(["train", "--data", str(scifact_mini_dir), "--out", str(out), option, value])
     assert code == 2 and stdout == ""
-    assert error_line(err) == f"error: Invalid value for '{option}': {float(value)!r} is not a finite number (see --help)"
+    assert error_line(err) == (f"error: Invalid value for '{option}': {float(value)!r} is not a finite number "
+                               "(see --help)")
     assert not out.exists()
 
 

@@ -36,6 +36,7 @@ def atomic_directory(target: str | os.PathLike, overwrite: bool = False) -> Iter
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-p{os.getpid()}-", dir=target.parent))
     try:
         yield tmp
+        plain_modes(tmp)
         fsync_dir(tmp)
         if target.exists():
             if not _exchange(tmp, target):
@@ -48,8 +49,8 @@ def atomic_directory(target: str | os.PathLike, overwrite: bool = False) -> Iter
                     os.rename(old, target)
                     raise
                 tmp = old
-            # `tmp` now holds the previous contents.
-            shutil.rmtree(tmp, ignore_errors=True)
+            # `tmp` now holds the previous contents: a directory, or the regular file `target` was
+            _remove_any(tmp)
         else:
             os.rename(tmp, target)
         fsync_dir(target.parent)
@@ -62,6 +63,41 @@ def atomic_directory(target: str | os.PathLike, overwrite: bool = False) -> Iter
             raise disk_full_error(target) from exc
         raise
     remove_leftovers(target)
+
+
+def _remove_any(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def plain_modes(root: Path) -> None:
+    """Give `root` and everything under it the modes a plain mkdir/open would have under the umask: mkdtemp
+    makes 0700 and some writers (safetensors) 0600 files, which would keep the artifact from other users."""
+    mask = current_umask()
+    for directory, _, files in os.walk(root):
+        os.chmod(directory, 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                executable = os.stat(path).st_mode & 0o100
+                os.chmod(path, (0o777 if executable else 0o666) & ~mask)
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it (/proc; elsewhere set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def is_disk_full(exc: BaseException) -> bool:
