@@ -139,3 +139,22 @@ def test_huge_bucket_count_is_refused_before_listing_files(saved):
     (saved / "index_meta.json").write_text(json.dumps(meta))
     with pytest.raises(IndexFormatError, match=r"n_buckets is 1000000000000 but 'files' lists"):
         InvertedIndex.load(saved)
+
+
+def test_deletion_bitset_padding_bits_are_refused(tmp_path):
+    from uhdsearch.index.live.segments import SegmentedIndex
+
+    path = tmp_path / "segmented"
+    with SegmentedIndex.create(path, "binary", 512, 1) as index:
+        index.add(_encoding(13), [f"d{i}" for i in range(13)])  # 13 documents: 3 padding bits in the last byte
+        index.commit()
+        index.delete(["d2"])
+        index.commit()
+    (deletions,) = path.glob("seg_*.del_*.npy")
+    packed = np.load(deletions)
+    packed[-1] |= 0b111
+    np.save(deletions, packed)
+    reseal(path)
+    with pytest.warns(UserWarning, match=r"deletion file .*\.npy sets bits past the last document \(13\)"):
+        reader = SegmentedIndex.open(path)
+    assert reader.doc_ids[2] == "d2"  # the commit before the damaged one: d2 not yet deleted

@@ -159,6 +159,9 @@ def read_deletions(path: Path, n_documents: int, digest: str) -> np.ndarray:
     if packed.dtype != np.uint8 or packed.shape != ((n_documents + 7) // 8,):
         raise IndexFormatError(f"deletion file {path} should be ({(n_documents + 7) // 8},) uint8, got "
                                f"{packed.shape} {packed.dtype}")
+    if n_documents % 8 and packed[-1] & (0xFF >> (n_documents % 8)):
+        raise IndexFormatError(f"deletion file {path} sets bits past the last document ({n_documents}) in its "
+                               "padding; the index is corrupted")
     return np.unpackbits(packed, count=n_documents).astype(np.bool_)
 
 
