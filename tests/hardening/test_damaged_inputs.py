@@ -14,7 +14,7 @@ from hardening_helpers import call, error_line
 BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
 if BENCHMARKS not in sys.path:
     sys.path.insert(0, BENCHMARKS)
-from fuzz_formats import reseal  # noqa: E402
+from fuzz_mutations import reseal  # noqa: E402
 
 
 @pytest.mark.parametrize("command", ["train", "index"])

@@ -19,7 +19,7 @@ from uhdsearch.sparse import SparseEncoding
 BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
 if BENCHMARKS not in sys.path:
     sys.path.insert(0, BENCHMARKS)
-from fuzz_formats import reseal  # noqa: E402
+from fuzz_mutations import reseal  # noqa: E402
 
 N_DOCS = 1000  # not a multiple of 64: the last bitmap word has 24 padding bits
 
@@ -158,3 +158,32 @@ def test_deletion_bitset_padding_bits_are_refused(tmp_path):
     with pytest.warns(UserWarning, match=r"deletion file .*\.npy sets bits past the last document \(13\)"):
         reader = SegmentedIndex.open(path)
     assert reader.doc_ids[2] == "d2"  # the commit before the damaged one: d2 not yet deleted
+
+
+def test_an_npy_header_promising_terabytes_is_refused_before_reading(saved):
+    path = saved / "bucket_0.indptr.npy"
+    data = path.read_bytes()
+    offset = len(data) - np.load(path).nbytes
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<i8", "fortran_order": False, "shape": (2 ** 40,)})
+        f.write(data[offset:])
+    reseal(saved)
+    with pytest.raises(IndexFormatError, match=r"bucket_0\.indptr\.npy is not a valid \.npy array: its header promises "
+                                               r"8796093022208 bytes of int64 data"):
+        InvertedIndex.load(saved, mmap=False)
+
+
+def test_a_commit_field_of_the_wrong_type_is_named(tmp_path):
+    from uhdsearch.index.live.segments import SegmentedIndex
+
+    path = tmp_path / "segmented"
+    with SegmentedIndex.create(path, "binary", 512, 1) as index:
+        index.add(_encoding(13), [f"d{i}" for i in range(13)])
+        index.commit()
+    commit = path / "commit_2.json"
+    body = json.loads(commit.read_text())
+    body["next_segment"] = {}
+    commit.write_text(json.dumps(body))
+    reseal(path)
+    with pytest.warns(UserWarning, match=r"commit_2\.json: next_segment should be an integer >= 0, not \{\}"):
+        assert SegmentedIndex.open(path).n_documents == 0  # generation 1, the empty index
