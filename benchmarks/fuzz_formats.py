@@ -5,8 +5,9 @@ bitsets, shards as split_index writes them, query lookup tables) is written once
 applies one seeded mutation (fuzz_mutations.py: bit flips, truncations inside arrays and of files, swapped arrays,
 values and manifest fields set to 0, -1, n+1 and huge, padding bits set, damaged doc_ids.txt and .npy headers),
 re-computes every checksum so that the damage reaches the loaders and kernels, then opens and searches it (every
-scoring, length normalization, the forward store and probes, decompression). Cases run in batches in worker processes; a worker
-announces each case before running it, so a signal is attributed to its case and the worker is restarted after it.
+scoring, length normalization, the forward store and probes, decompression). Cases run in batches in worker
+processes; a worker announces each case before running it, so a signal is attributed to its case and the worker is
+restarted after it.
 
 Outcomes: "ok" (results name only documents of the index), "error" (a uhdsearch error or FileNotFoundError),
 "unclear" (any other exception: a bug, though not a crash), "wrong" (a number outside the index), "crash" (the
