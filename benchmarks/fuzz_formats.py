@@ -22,10 +22,12 @@ import argparse
 import json
 import os
 import random
+import select
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -224,43 +226,65 @@ def worker() -> None:
 
 
 # ------------------------------------------------------------------ the parent: batches, signals, attribution
+def _run_worker(job: str, env: dict, timeout: float) -> tuple[list[str], int | None, str]:
+    """A worker's stdout lines, exit code (None: killed after `timeout` s without a line, a hang) and stderr."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc.stdin.write(job)
+    proc.stdin.close()
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    lines = []
+    while True:
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        if not ready:  # no case started or ended for `timeout` seconds
+            proc.kill()
+            proc.wait()
+            return lines, None, ""
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+    code = proc.wait()
+    reader.join()
+    return lines, code, "".join(err)
+
+
 def run_cases(cases: list[tuple[int, str, int]], bases: dict[str, Path], work: Path, batch: int = 400,
-              timeout: float = 600.0) -> list[dict]:
-    """Run cases in worker processes, `batch` at a time; a worker killed by a signal (or out of time) is charged
-    to the case it had announced, and the rest of its batch runs in a new worker."""
+              timeout: float = 300.0, log: Path | None = None) -> list[dict]:
+    """Run cases in worker processes, `batch` at a time; a worker killed by a signal (or silent for `timeout`
+    seconds) is charged to the case it had announced, and the rest of its batch runs in a new worker. `log`: each
+    batch's records are appended there as JSON lines, and a line of progress goes to stderr."""
     results: list[dict] = []
     pending = list(cases)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     while pending:
         chunk, pending = pending[:batch], pending[batch:]
         job = json.dumps({"bases": {k: str(v) for k, v in bases.items()}, "work": str(work), "cases": chunk})
-        try:
-            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker"], input=job, text=True,
-                                  capture_output=True, timeout=timeout, env=env)
-            stdout, code = proc.stdout, proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            stdout, code = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), None
-        done, started = set(), None
-        for line in stdout.splitlines():
+        lines, code, stderr = _run_worker(job, env, timeout)
+        done, started, records = set(), None, []
+        for line in lines:
             if line.startswith("S "):
                 started = int(line[2:])
             elif line.startswith("{"):
-                record = json.loads(line)
-                results.append(record)
-                done.add(record["id"])
-        if len(done) == len(chunk):
-            continue
-        by_id = {c[0]: c for c in chunk}
-        if started is not None and started not in done:
-            _, fmt, seed = by_id[started]
+                records.append(json.loads(line))
+                done.add(records[-1]["id"])
+        if len(done) < len(chunk):
+            if started is None or started in done:
+                raise RuntimeError(f"fuzz worker failed outside a case (exit {code}): {stderr[-2000:]}")
+            _, fmt, seed = next(c for c in chunk if c[0] == started)
             outcome = "hang" if code is None else "crash" if code < 0 else "harness"
-            tail = "" if code is None else proc.stderr[-500:]
-            results.append({"id": started, "format": fmt, "seed": seed, "outcome": outcome,
-                            "detail": f"worker exit {code}: {tail}"})
+            records.append({"id": started, "format": fmt, "seed": seed, "outcome": outcome,
+                            "detail": f"worker exit {code}: {stderr[-500:]}"})
             done.add(started)
-        elif code != 0:
-            raise RuntimeError(f"fuzz worker failed before its first case (exit {code}): {proc.stderr[-2000:]}")
-        pending = [c for c in chunk if c[0] not in done] + pending
+            pending = [c for c in chunk if c[0] not in done] + pending
+        results.extend(records)
+        if log is not None:
+            with open(log, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in records)
+            print(f"{len(results)} cases, {sum(r['outcome'] in ('crash', 'hang') for r in results)} crashes",
+                  file=sys.stderr, flush=True)
     return sorted(results, key=lambda r: r["id"])
 
 
@@ -290,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--out", type=Path, default=RESULT)
     parser.add_argument("--no-write", action="store_true", help="print the summary only")
+    parser.add_argument("--log", type=Path, help="append every case's record here as it ends (JSON lines)")
     args = parser.parse_args(argv)
     if args.worker:
         worker()
@@ -301,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="uhd-fuzz-") as tmp:
         work = Path(tmp)
         bases = write_formats(work / "bases", formats)
-        results = run_cases(make_cases(args.cases, formats, args.seed), bases, work, args.batch)
+        results = run_cases(make_cases(args.cases, formats, args.seed), bases, work, args.batch, log=args.log)
     out = {"command": "python benchmarks/fuzz_formats.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "seed": args.seed, "formats": list(formats), "mutations": list(MUTATIONS),
            "seconds": round(time.perf_counter() - t0, 1), "cpu": platform.processor() or platform.machine(),
