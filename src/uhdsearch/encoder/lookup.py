@@ -210,15 +210,13 @@ def _csr_arrays(prefix: str, matrix: sp.csr_matrix) -> dict[str, np.ndarray]:
     return {f"{prefix}_data": matrix.data, f"{prefix}_indices": matrix.indices, f"{prefix}_indptr": matrix.indptr}
 
 
-def _read_csr(z, prefix: str, dim: int, n_rows: int | None = None) -> sp.csr_matrix:
-    """A table's CSR arrays, fully checked (ascending offsets, columns < dim, `n_rows` rows when given): scipy's
-    row gathers trust them as far as memory goes."""
+def _read_csr(z, prefix: str, dim: int) -> sp.csr_matrix:
+    """A table's CSR arrays, fully checked (ascending offsets, columns < dim): scipy's row gathers trust them as far
+    as memory goes."""
     indptr, indices, data = z[f"{prefix}_indptr"], z[f"{prefix}_indices"], z[f"{prefix}_data"]
     if indptr.ndim != 1 or indptr.shape[0] < 1 or indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu" \
             or data.dtype.kind != "f":
         raise ValueError(f"{prefix}: indptr, indices and data should be 1-D integer, integer and float arrays")
-    if n_rows is not None and indptr.shape[0] - 1 != n_rows:
-        raise ValueError(f"{prefix} has {indptr.shape[0] - 1} rows, expected {n_rows}")
     matrix = sp.csr_matrix((data, indices, indptr), shape=(indptr.shape[0] - 1, dim))
     matrix.check_format(full_check=True)
     return matrix
