@@ -154,7 +154,7 @@ def search_everything(index, q) -> None:
         index.document_vectors()
 
 
-def open_and_search(fmt: str, path: Path, q, model) -> None:
+def open_and_search(fmt: str, path: Path, q, model, mmap: bool = False) -> None:
     from uhdsearch.index.impacts import open_index
     from uhdsearch.index.inverted import InvertedIndex
     from uhdsearch.index.live.segments import SegmentedIndex
@@ -168,12 +168,12 @@ def open_and_search(fmt: str, path: Path, q, model) -> None:
                 raise WrongResults(f"lookup rows of shape {m.shape}")
         return
     if fmt == "segmented":
-        with SegmentedIndex.open(path) as index:
+        with SegmentedIndex.open(path, mmap=mmap) as index:
             search_everything(index, q)
         return
     paths = sorted(path.glob("shard_*")) if fmt == "shards" else [path]
     for p in paths:
-        search_everything(open_index(p) if fmt == "planes" else InvertedIndex.load(p), q)
+        search_everything(open_index(p, mmap=mmap) if fmt == "planes" else InvertedIndex.load(p, mmap=mmap), q)
 
 
 def run_case(fmt: str, seed: int, base: Path, work: Path, q, model) -> tuple[str, str]:
@@ -194,10 +194,12 @@ def run_case(fmt: str, seed: int, base: Path, work: Path, q, model) -> tuple[str
     try:
         what = mutate(case, rng)
         reseal(case)
+        mmap = rng.random() < 0.5  # half the cases memory-mapped: loads that leave padding bits to the kernels
+        what += " (mmap)" if mmap else ""
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                open_and_search(fmt, case, q, model)
+                open_and_search(fmt, case, q, model, mmap)
         except (UhdError, FileNotFoundError) as exc:
             return "error", f"{what}: {type(exc).__name__}: {str(exc)[:300]}"
         except WrongResults as exc:

@@ -53,6 +53,21 @@ def test_padding_bits_sigabrt_regression_refused_at_load(padded_index):
         InvertedIndex.load(padded_index)
 
 
+def test_memory_mapped_padded_index_searches_like_the_clean_one(padded_index):
+    """A memory-mapped load skips the padding check (a page fault per bitmap row); the kernels mask the bits."""
+    clean = BinaryIndex.from_encoding(_encoding(), [f"d{i}" for i in range(N_DOCS)], None)
+    damaged = InvertedIndex.load(padded_index, mmap=True)
+    query = _encoding(5, seed=2)
+    for scoring, alpha in (("binary", 0.0), ("binary", 0.5), ("quantized", 0.0)):
+        got = damaged.search_encoded(query, 10, [1.0], scoring, length_norm=alpha)
+        want = clean.search_encoded(query, 10, [1.0], scoring, length_norm=alpha)
+        assert np.array_equal(got[0], want[0]) and np.allclose(got[1], want[1])
+    numbers = np.arange(0, N_DOCS, 7)
+    damaged.keep_forward(0.01)
+    assert np.array_equal(damaged.overlap_counts(query[0:1], numbers), clean.overlap_counts(query[0:1], numbers))
+    assert np.array_equal(damaged.document_lengths(0), clean.document_lengths(0))
+
+
 KERNELS_ON_PADDED_BITMAPS = """
 import sys, numpy as np
 from uhdsearch.index.inverted import BinaryIndex

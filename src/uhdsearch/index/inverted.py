@@ -387,7 +387,7 @@ def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: b
     def bad(name: str, why: str) -> IndexFormatError:
         return IndexFormatError(f"{directory / files[name]} {why}; the index is corrupted")
 
-    check_bucket(arrays, meta["dim"], meta["n_documents"], bad)
+    check_bucket(arrays, meta["dim"], meta["n_documents"], bad, padding=not mmap)
     weights = arrays.get("weights")
     return _read_only(CompressedPostings(weights=weights, **{n: arrays[n] for n in fmt.BUCKET_ARRAYS}))
 
