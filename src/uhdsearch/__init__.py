@@ -7,7 +7,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from uhdsearch import _moved
 from uhdsearch._version import __version__
+
+_moved.install()  # deprecated aliases of the modules moved in issue 15 (CHANGELOG.md)
 
 _EXPORTS = {
     "EncoderConfig": "uhdsearch.encoder.config",

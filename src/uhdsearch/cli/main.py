@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 
+from uhdsearch.cli.floats import finite_floats
 from uhdsearch.errors import UhdError, UsageError
 from uhdsearch.io import check_output_dir
 
@@ -382,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     _state["debug"] = False
     try:
-        code = app(args=argv, standalone_mode=False)
+        code = finite_floats(typer.main.get_command(app)).main(args=argv, standalone_mode=False)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ class EncoderConfig:
     wta_dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
+        _check_types(self)
         object.__setattr__(self, "bucket_layers", tuple(int(x) for x in self.bucket_layers))
         if self.bucket_weights is not None:
             object.__setattr__(self, "bucket_weights", tuple(float(x) for x in self.bucket_weights))
@@ -112,3 +114,26 @@ class EncoderConfig:
             return cls(**{k: v for k, v in obj.items() if k in names})
         except (TypeError, ValueError) as exc:
             raise ModelFormatError(f"{source}: invalid settings: {exc}") from exc
+
+
+def _check_types(config: EncoderConfig) -> None:
+    """Name the field whose value has the wrong type (a hand-edited uhd_config.json) before any arithmetic on it."""
+    integer = (numbers.Integral,)
+    kinds = {"dim": integer, "wta_k": integer, "query_k": integer + (type(None),), "seed": integer,
+             "query_max_length": integer, "document_max_length": integer, "weight_sparsity": (numbers.Real,)}
+    for name, accepted in kinds.items():
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, accepted):
+            raise UsageError(f"{name}={value!r} must be {'a number' if name == 'weight_sparsity' else 'an integer'}"
+                             f"{' or null' if name == 'query_k' else ''}")
+    for name, item in (("bucket_layers", numbers.Integral), ("bucket_weights", numbers.Real)):
+        value = getattr(config, name)
+        if value is None and name == "bucket_weights":
+            continue
+        if not isinstance(value, (str, bytes)) and hasattr(value, "__iter__"):
+            value = tuple(value)  # once: an iterator would be used up by the check
+            object.__setattr__(config, name, value)
+            if all(isinstance(x, item) and not isinstance(x, bool) for x in value):
+                continue
+        raise UsageError(f"{name}={value!r} must be a list of "
+                         f"{'layer numbers' if name == 'bucket_layers' else 'numbers, or null'}")

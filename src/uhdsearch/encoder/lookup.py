@@ -9,6 +9,7 @@ learns rows from the token's occurrences in a corpus instead (far better, see th
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -126,16 +127,22 @@ class LookupEncoder:
             with np.load(path, allow_pickle=False) as z:
                 digest = str(z["digest"])
                 specials = bool(z["specials"]) if "specials" in z.files else False
+                vocab_size = len(model.backbone.tokenizer)
                 tables = [_read_csr(z, f"b{b}", model.config.dim) for b in range(model.config.n_buckets)]
+                if any(t.shape[0] < vocab_size for t in tables):
+                    raise ValueError(f"a table has fewer rows than the tokenizer's {vocab_size} tokens")
                 neighbours, keep, vote, winners = None, None, None, None
                 if "b0_nl_keys" in z.files:
                     keep, vocab = int(z["keep"]), int(z["vocab"])
                     if vocab != len(model.backbone.tokenizer) or keep < 1:  # pair keys encode the vocabulary size
                         raise ValueError(f"keep {keep}, neighbour rows for a vocabulary of {vocab} tokens, the "
                                          f"tokenizer has {len(model.backbone.tokenizer)}")
-                    neighbours = [NeighbourRows(vocab, z[f"b{b}_nl_keys"], _read_csr(z, f"b{b}_nl", model.config.dim),
-                                                z[f"b{b}_nr_keys"], _read_csr(z, f"b{b}_nr", model.config.dim))
-                                  for b in range(model.config.n_buckets)]
+                    neighbours = []
+                    for b in range(model.config.n_buckets):
+                        left = _read_csr(z, f"b{b}_nl", model.config.dim)
+                        right = _read_csr(z, f"b{b}_nr", model.config.dim)
+                        neighbours.append(NeighbourRows(vocab, _read_keys(z, f"b{b}_nl", left.shape[0]), left,
+                                                        _read_keys(z, f"b{b}_nr", right.shape[0]), right))
                     if "vote" in z.files:  # tables written before the vote have none
                         if z["vote"].shape or z["vote"].dtype.kind not in "fiu":
                             raise ValueError(f"vote {z['vote']!r} is not one number")
@@ -145,7 +152,7 @@ class LookupEncoder:
                         check_vote(vote, winners, keep)
                 elif "vote" in z.files:
                     raise ValueError("a context vote without neighbour rows")
-        except (KeyError, ValueError, TypeError, UsageError) as exc:
+        except (KeyError, ValueError, TypeError, UsageError, OSError, EOFError, zipfile.BadZipFile) as exc:
             raise ModelFormatError(f"{path} is not a valid lookup table: {exc}") from exc
         if digest != model.digest():
             raise ModelFormatError(f"{path} was built for model {digest}, not {model.digest()}; rebuild it")
@@ -204,5 +211,19 @@ def _csr_arrays(prefix: str, matrix: sp.csr_matrix) -> dict[str, np.ndarray]:
 
 
 def _read_csr(z, prefix: str, dim: int) -> sp.csr_matrix:
-    indptr = z[f"{prefix}_indptr"]
-    return sp.csr_matrix((z[f"{prefix}_data"], z[f"{prefix}_indices"], indptr), shape=(indptr.shape[0] - 1, dim))
+    """A table's CSR arrays, fully checked (ascending offsets, columns < dim): scipy's row gathers trust them as far
+    as memory goes."""
+    indptr, indices, data = z[f"{prefix}_indptr"], z[f"{prefix}_indices"], z[f"{prefix}_data"]
+    if indptr.ndim != 1 or indptr.shape[0] < 1 or indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu" \
+            or data.dtype.kind != "f":
+        raise ValueError(f"{prefix}: indptr, indices and data should be 1-D integer, integer and float arrays")
+    matrix = sp.csr_matrix((data, indices, indptr), shape=(indptr.shape[0] - 1, dim))
+    matrix.check_format(full_check=True)
+    return matrix
+
+
+def _read_keys(z, prefix: str, n_rows: int) -> np.ndarray:
+    keys = z[f"{prefix}_keys"]
+    if keys.dtype != np.int64 or keys.shape != (n_rows,) or np.any(np.diff(keys) <= 0):
+        raise ValueError(f"{prefix}_keys should be {n_rows} ascending int64 pair keys, one per row")
+    return keys

@@ -13,6 +13,7 @@ from uhdsearch.types import Qrels
 logger = logging.getLogger(__name__)
 
 BEIR_HEADER = ("query-id", "corpus-id", "score")
+RELEVANCE_LIMIT = 2 ** 31  # trec_eval (ir_measures' pytrec_eval) holds relevance in a C int
 
 
 def load_qrels(path: str | os.PathLike) -> Qrels:
@@ -81,6 +82,9 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
             raise DataFormatError(
                 f"{path}:{line_no}: relevance must be an integer, got {relevance_text!r}"
             ) from None
+        if not -RELEVANCE_LIMIT <= relevance < RELEVANCE_LIMIT:
+            raise DataFormatError(f"{path}:{line_no}: relevance {relevance_text} is outside the 32-bit integers "
+                                  f"that trec_eval reads ({-RELEVANCE_LIMIT}..{RELEVANCE_LIMIT - 1})")
         key = (query_id, doc_id)
         if key in first_line:
             raise DataFormatError(

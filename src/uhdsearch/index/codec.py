@@ -91,10 +91,16 @@ def compress(indptr: np.ndarray, docs: np.ndarray, weights: np.ndarray | None, n
 
 
 def decompress(postings: CompressedPostings, n_documents: int) -> np.ndarray:
-    """(n_postings,) int32 doc numbers in CSC order: the inverse of `compress` (indptr is postings.indptr)."""
+    """(n_postings,) int32 doc numbers in CSC order: the inverse of `compress` (indptr is postings.indptr).
+
+    Raises:
+        ValueError: a bitmap whose bits disagree with its posting count, or a number outside the index (a damaged
+            file that load's O(dim + blocks) checks cannot see; the index's loader names the file).
+    """
     docs = np.empty(postings.n_postings, np.int32)
-    _decode_all(postings.indptr, postings.bitmap_rows, postings.bitmaps, n_words(n_documents), postings.block_ptr,
-                postings.payload_ptr, postings.blocks, postings.payload, docs)
+    if not _decode_all(postings.indptr, postings.bitmap_rows, postings.bitmaps, n_words(n_documents),
+                       postings.block_ptr, postings.payload_ptr, postings.blocks, postings.payload, docs, n_documents):
+        raise ValueError("its postings disagree with their counts or name documents outside the index")
     return docs
 
 
@@ -194,21 +200,33 @@ def decode_block(blocks, payload, payload_start, block, count, out, at):
 
 
 @numba.njit(cache=True)
-def _decode_all(indptr, bitmap_rows, bitmaps, words, block_ptr, payload_ptr, blocks, payload, docs):
+def _decode_all(indptr, bitmap_rows, bitmaps, words, block_ptr, payload_ptr, blocks, payload, docs, n_documents):
+    """Fill `docs`; False (writing nothing outside `docs`) when a bitmap's bits are not its posting count or a
+    number is outside 0..n_documents-1."""
+    valid = True
     for d in range(indptr.shape[0] - 1):
         out = indptr[d]
+        end = indptr[d + 1]
         row = bitmap_rows[d]
         if row >= 0:
             for w in range(words):
                 x = bitmaps[row * words + w]
                 for bit in range(64):
                     if (x >> np.uint64(bit)) & np.uint64(1):
+                        if out >= end or w * 64 + bit >= n_documents:
+                            return False
                         docs[out] = w * 64 + bit
                         out += 1
+            if out != end:
+                valid = False
             continue
-        remaining = indptr[d + 1] - indptr[d]
+        remaining = end - out
         for block in range(block_ptr[d], block_ptr[d + 1]):
             count = min(BLOCK, remaining)
             remaining -= count
             decode_block(blocks, payload, payload_ptr[d], block, count, docs, out)
+            for i in range(out, out + count):
+                if docs[i] < 0 or docs[i] >= n_documents:
+                    valid = False
             out += count
+    return valid

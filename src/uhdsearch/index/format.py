@@ -53,6 +53,22 @@ def check_doc_ids(doc_ids: Sequence[str]) -> None:
         seen.add(d)
 
 
+def read_doc_ids(path: Path, n_documents: int) -> list[str]:
+    """The ids of doc_ids.txt, one per line; IndexFormatError naming the file and line when it is not UTF-8 or
+    does not hold `n_documents` ids."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise IndexFormatError(f"{path}:{line}: byte {raw[exc.start]:#04x} is not valid UTF-8; the index is "
+                               "corrupted") from None
+    doc_ids = text.split("\n")[:-1]
+    if len(doc_ids) != n_documents:
+        raise IndexFormatError(f"{path} has {len(doc_ids)} ids but the manifest says {n_documents}")
+    return doc_ids
+
+
 def file_digest(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -120,6 +136,8 @@ def read_meta(directory: Path, verify: bool | None = None) -> dict[str, Any]:
     files = meta.get("files") or {}
     if not isinstance(files, dict):
         raise IndexFormatError(f"{meta_path}: 'files' should map file names to sizes and checksums")
+    if meta["n_buckets"] > len(files):  # each bucket has files in the manifest: a huge count is damage
+        raise IndexFormatError(f"{meta_path}: n_buckets is {meta['n_buckets']} but 'files' lists {len(files)} files")
     expected = all_files(meta["n_buckets"], meta["variant"])
     total = 0
     for name in expected:

@@ -21,13 +21,13 @@ import scipy.sparse as sp
 
 from uhdsearch.errors import IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
+from uhdsearch.index.checks import check_bucket
 from uhdsearch.index.base import Scoring, check_overlap_args, check_search_args
 from uhdsearch.index.forward import KeptStores, overlap_counts
 from uhdsearch.index.kernels import dispatch
 from uhdsearch.index.kernels.lengths import document_lengths, length_scales
 from uhdsearch.index.kernels.levels import check_levels
-from uhdsearch.index.kernels.validation import blocks_are_valid
-from uhdsearch.index.codec import BLOCK, DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
+from uhdsearch.index.codec import DEFAULT_BITMAP_BIAS, CompressedPostings, compress, decompress, n_words
 from uhdsearch.io import (atomic_directory, load_npy, now_or_in_background, prefault_all, recover_directory, save_npy,
                           write_json)
 from uhdsearch.sparse import SparseEncoding
@@ -85,10 +85,17 @@ class InvertedIndex:
     def postings(self) -> list[Postings]:
         """Decompressed postings per bucket (decoded on first use and kept; meant for small indexes and tests)."""
         if self._postings is None:
-            self._postings = [Postings(np.asarray(c.indptr), decompress(c, self.n_documents),
+            self._postings = [Postings(np.asarray(c.indptr), self._decompress(b),
                                        None if c.weights is None else np.asarray(c.weights))
-                              for c in self.buckets]
+                              for b, c in enumerate(self.buckets)]
         return self._postings
+
+    def _decompress(self, bucket: int) -> np.ndarray:
+        try:
+            return decompress(self.buckets[bucket], self.n_documents)
+        except ValueError as exc:
+            where = self.path / f"bucket_{bucket}.*.npy" if self.path is not None else f"bucket {bucket}"
+            raise IndexFormatError(f"{where}: {exc}; the index is corrupted") from None
 
     def n_postings(self) -> int:
         return int(sum(c.n_postings for c in self.buckets))
@@ -238,11 +245,7 @@ class InvertedIndex:
             raise IndexFormatError(f"{directory} is a binary index; WeightedIndex needs posting weights")
         if mmap is None:
             mmap = sum(f["bytes"] for f in meta["files"].values()) > 256 * 1024 * 1024
-        doc_ids = (directory / fmt.DOC_IDS_FILE).read_text(encoding="utf-8").split("\n")[:-1]
-        if len(doc_ids) != meta["n_documents"]:
-            raise IndexFormatError(
-                f"{directory / fmt.DOC_IDS_FILE} has {len(doc_ids)} ids but the manifest says {meta['n_documents']}"
-            )
+        doc_ids = fmt.read_doc_ids(directory / fmt.DOC_IDS_FILE, meta["n_documents"])
         buckets = [_load_bucket(directory, b, variant, meta, mmap) for b in range(meta["n_buckets"])]
         return klass(buckets, doc_ids, meta["dim"], meta, directory)
 
@@ -380,45 +383,12 @@ def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: b
             arrays[name] = np.asarray(load_npy(directory / file, mmap=mmap))
         except ValueError as exc:  # foreign, pickled or truncated .npy
             raise IndexFormatError(f"{directory / file} is not a valid .npy array: {exc}") from exc
-    dim, n_docs = meta["dim"], meta["n_documents"]
-    words = n_words(n_docs)
 
     def bad(name: str, why: str) -> IndexFormatError:
         return IndexFormatError(f"{directory / files[name]} {why}; the index is corrupted")
 
-    dtypes = {"indptr": np.int64, "bitmap_rows": np.int32, "bitmaps": np.uint64, "block_ptr": np.int64,
-              "payload_ptr": np.int64, "blocks": np.uint32, "payload": np.uint32, "weights": np.float32}
-    for name, array in arrays.items():
-        if array.ndim != 1 or array.dtype != dtypes[name]:
-            raise bad(name, f"should be 1-D {np.dtype(dtypes[name])}, got {array.shape} {array.dtype}")
-    indptr, rows = arrays["indptr"], arrays["bitmap_rows"]
-    block_ptr, payload_ptr = arrays["block_ptr"], arrays["payload_ptr"]
-    for name in ("indptr", "block_ptr", "payload_ptr"):
-        a = arrays[name]
-        if a.shape[0] != dim + 1 or a[0] != 0 or np.any(np.diff(a) < 0):
-            raise bad(name, f"is not a valid postings offset array of {dim + 1} entries "
-                            "(must start at 0 and never decrease)")
-    df = np.diff(indptr)
-    if rows.shape[0] != dim or np.any(df > n_docs):
-        raise bad("bitmap_rows" if rows.shape[0] != dim else "indptr", "does not match the index's dim or size")
-    is_bitmap = rows >= 0
-    n_bitmaps = int(is_bitmap.sum())
-    if n_bitmaps and not np.array_equal(np.sort(rows[is_bitmap]), np.arange(n_bitmaps)):
-        raise bad("bitmap_rows", "does not number its bitmaps 0..n-1")
-    if arrays["bitmaps"].shape[0] != n_bitmaps * words:
-        raise bad("bitmaps", f"has {arrays['bitmaps'].shape[0]} words, {n_bitmaps} bitmaps need {n_bitmaps * words}")
-    expected_blocks = np.where(is_bitmap, 0, (df + BLOCK - 1) // BLOCK)
-    if not np.array_equal(np.diff(block_ptr), expected_blocks) or np.any(np.diff(payload_ptr)[is_bitmap]):
-        raise bad("block_ptr", "disagrees with the posting counts in indptr")
-    if arrays["blocks"].shape[0] != 2 * block_ptr[-1]:
-        raise bad("blocks", f"has {arrays['blocks'].shape[0]} entries, block_ptr implies {2 * block_ptr[-1]}")
-    if arrays["payload"].shape[0] != payload_ptr[-1] + 1:
-        raise bad("payload", f"has {arrays['payload'].shape[0]} words, payload_ptr implies {payload_ptr[-1] + 1}")
-    if not blocks_are_valid(indptr, block_ptr, payload_ptr, arrays["blocks"], n_docs):
-        raise bad("blocks", "points outside its payload or names documents outside the index")
+    check_bucket(arrays, meta["dim"], meta["n_documents"], bad, padding=not mmap)
     weights = arrays.get("weights")
-    if weights is not None and weights.shape[0] != indptr[-1]:
-        raise bad("weights", f"has {weights.shape[0]} values for {int(indptr[-1])} postings")
     return _read_only(CompressedPostings(weights=weights, **{n: arrays[n] for n in fmt.BUCKET_ARRAYS}))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from uhdsearch.io.swap import disk_full_error, fsync_dir, is_disk_full, remove_leftovers
+from uhdsearch.io.swap import current_umask, disk_full_error, fsync_dir, is_disk_full, remove_leftovers
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -24,6 +24,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-p{os.getpid()}-", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 would keep the file from other users
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -84,6 +84,22 @@ def read_lines(path: str | os.PathLike, keep_ends: bool = False) -> Iterator[tup
 
 
 def load_npy(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
-    """Load an array without ever unpickling; memory-map when asked."""
+    """Load an array without ever unpickling; memory-map when asked.
+
+    Raises:
+        ValueError: not an .npy file, a pickled one, or one whose header promises more or fewer bytes than it holds
+            (checked before reading: a damaged header would otherwise ask for terabytes).
+    """
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        major, _ = np.lib.format.read_magic(f)
+        if major not in (1, 2, 3):
+            raise ValueError(f"unsupported .npy format version {major}")
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(f)
+        expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if not dtype.hasobject and expected != size - f.tell():
+            raise ValueError(f"its header promises {expected} bytes of {dtype} data {shape}, the file holds "
+                             f"{size - f.tell()}")
     return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
 

@@ -36,6 +36,7 @@ def atomic_directory(target: str | os.PathLike, overwrite: bool = False) -> Iter
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-p{os.getpid()}-", dir=target.parent))
     try:
         yield tmp
+        plain_modes(tmp)
         fsync_dir(tmp)
         if target.exists():
             if not _exchange(tmp, target):
@@ -48,8 +49,8 @@ def atomic_directory(target: str | os.PathLike, overwrite: bool = False) -> Iter
                     os.rename(old, target)
                     raise
                 tmp = old
-            # `tmp` now holds the previous contents.
-            shutil.rmtree(tmp, ignore_errors=True)
+            # `tmp` now holds the previous contents: a directory, or the regular file `target` was
+            _remove_any(tmp)
         else:
             os.rename(tmp, target)
         fsync_dir(target.parent)
@@ -62,6 +63,41 @@ def atomic_directory(target: str | os.PathLike, overwrite: bool = False) -> Iter
             raise disk_full_error(target) from exc
         raise
     remove_leftovers(target)
+
+
+def _remove_any(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def plain_modes(root: Path) -> None:
+    """Give `root` and everything under it the modes a plain mkdir/open would have under the umask: mkdtemp
+    makes 0700 and some writers (safetensors) 0600 files, which would keep the artifact from other users."""
+    mask = current_umask()
+    for directory, _, files in os.walk(root):
+        os.chmod(directory, 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                executable = os.stat(path).st_mode & 0o100
+                os.chmod(path, (0o777 if executable else 0o666) & ~mask)
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it (/proc; elsewhere set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -200,11 +236,11 @@ def check_output_dir(out: str | os.PathLike, inputs: dict[str, str | os.PathLike
         ...
         uhdsearch.errors.UsageError: --out /data/scifact/index lies inside --data /data/scifact; write the output elsewhere
     """
-    out_path = Path(out).resolve()
+    out_path = _resolved(out, option)
     for name, given in inputs.items():
         if given is None:
             continue
-        source = Path(given).resolve()
+        source = _resolved(given, name)
         if out_path == source:
             relation = "is"
         elif source in out_path.parents:
@@ -215,6 +251,13 @@ def check_output_dir(out: str | os.PathLike, inputs: dict[str, str | os.PathLike
             continue
         raise UsageError(f"{option} {out} {relation} {name} {given}; write the output elsewhere")
 
+
+
+def _resolved(path: str | os.PathLike, option: str) -> Path:
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as exc:  # Python 3.11 says RuntimeError for a symlink loop, later ones OSError
+        raise UsageError(f"{option} {path} cannot be resolved: {exc}") from None
 
 
 def fsync_dir(path: Path) -> None:

@@ -15,15 +15,22 @@ from uhdsearch.index.kernels.bits import trailing_zeros
 
 @numba.njit(cache=True)
 def document_lengths(indptr, rows, bitmaps, block_ptr, payload_ptr, blocks, payload, words, n_documents):
-    """(n_documents,) int64: the number of dims each document is active in (its postings in this bucket)."""
+    """(n_documents,) int64: the number of dims each document is active in (its postings in this bucket).
+
+    Bits past the last document and decoded numbers outside the index are not counted: a damaged file must not
+    make this write outside `lengths` (load checks them too; this is the last line).
+    """
     lengths = np.zeros(n_documents, np.int64)
     buffer = np.empty(BLOCK, np.int64)
+    tail = ~np.uint64(0) if n_documents % 64 == 0 else (np.uint64(1) << np.uint64(n_documents % 64)) - np.uint64(1)
     for d in range(indptr.shape[0] - 1):
         r = rows[d]
         if r >= 0:
             base = np.int64(r) * words
             for w in range(words):
                 x = bitmaps[base + w]
+                if w == words - 1:
+                    x &= tail
                 while x:
                     lengths[w * 64 + trailing_zeros(x)] += 1
                     x &= x - np.uint64(1)
@@ -33,7 +40,8 @@ def document_lengths(indptr, rows, bitmaps, block_ptr, payload_ptr, blocks, payl
             size = min(BLOCK, left)
             decode_block(blocks, payload, payload_ptr[d], block, size, buffer, 0)
             for i in range(size):
-                lengths[buffer[i]] += 1
+                if buffer[i] < n_documents:
+                    lengths[buffer[i]] += 1
             left -= size
     return lengths
 

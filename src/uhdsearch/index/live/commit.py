@@ -114,7 +114,46 @@ def read_commit(directory: Path, generation: int) -> dict[str, Any]:
                                f"uhdsearch reads up to {FORMAT_VERSION}); upgrade uhdsearch")
     if body.get("generation") != generation:
         raise IndexFormatError(f"{path} says it is generation {body.get('generation')!r}")
+    _check_body(body, path)
     return body
+
+
+def _count(value: Any, minimum: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _check_body(body: dict[str, Any], path: Path) -> None:
+    """Every field a reader or the garbage collector uses, with its type and range (the checksum covers only
+    torn or altered files, not a writer that wrote wrong values)."""
+    def bad(field: str, expected: str) -> IndexFormatError:
+        return IndexFormatError(f"{path}: {field} should be {expected}; the commit is corrupted")
+
+    if body.get("variant") not in fmt.VARIANTS:
+        raise bad("variant", f"one of {fmt.VARIANTS}, not {body.get('variant')!r}")
+    for field, minimum in (("dim", 1), ("n_buckets", 1), ("next_segment", 0), ("n_documents", 0)):
+        if not _count(body.get(field), minimum):
+            raise bad(field, f"an integer >= {minimum}, not {body.get(field)!r}")
+    if not isinstance(body.get("encoder_digest"), (str, type(None))):
+        raise bad("encoder_digest", "a string or null")
+    if not isinstance(body.get("segments"), list):
+        raise bad("segments", "a list")
+    for i, entry in enumerate(body["segments"]):
+        where = f"segments[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or \
+                not SEGMENT_PATTERN.fullmatch(entry["name"]):
+            raise bad(f"{where}.name", "seg_<number>")
+        if not _count(entry.get("n_documents")) or not _count(entry.get("n_deleted")) or \
+                entry["n_deleted"] > entry["n_documents"]:
+            raise bad(f"{where}.n_documents and n_deleted", "integers with 0 <= n_deleted <= n_documents")
+        if not isinstance(entry.get("meta_sha256"), str):
+            raise bad(f"{where}.meta_sha256", "a string")
+        deletions = entry.get("deletions")
+        if deletions is not None and not (
+                isinstance(deletions, dict) and isinstance(deletions.get("file"), str)
+                and isinstance(deletions.get("sha256"), str)
+                and (m := DELETIONS_PATTERN.fullmatch(deletions["file"]))
+                and f"seg_{m.group(1)}" == entry["name"]):
+            raise bad(f"{where}.deletions", f"null or {{file: {entry['name']}.del_<generation>.npy, sha256}}")
 
 
 def referenced_files(body: dict[str, Any]) -> set[str]:
@@ -159,6 +198,9 @@ def read_deletions(path: Path, n_documents: int, digest: str) -> np.ndarray:
     if packed.dtype != np.uint8 or packed.shape != ((n_documents + 7) // 8,):
         raise IndexFormatError(f"deletion file {path} should be ({(n_documents + 7) // 8},) uint8, got "
                                f"{packed.shape} {packed.dtype}")
+    if n_documents % 8 and packed[-1] & (0xFF >> (n_documents % 8)):
+        raise IndexFormatError(f"deletion file {path} sets bits past the last document ({n_documents}) in its "
+                               "padding; the index is corrupted")
     return np.unpackbits(packed, count=n_documents).astype(np.bool_)
 
 
