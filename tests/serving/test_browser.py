@@ -2,12 +2,8 @@
 chromium-driver, installed by scripts/setup.sh), checked against the JSON API; then SIGTERM."""
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +12,7 @@ import pytest
 
 pytest.importorskip("selenium")
 httpx = pytest.importorskip("httpx")
+from server_process import free_port, start_server, wait_ready  # noqa: E402
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
                  if p and Path(p).is_file()), None)
@@ -27,34 +24,6 @@ pytestmark = [
                               "(scripts/setup.sh does, as root)"),
 ]
 QUERY = "vitamin d deficiency and bone density"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(index_dir: Path, model_dir: Path, data: Path, port: int, *extra: str) -> subprocess.Popen:
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    command = [sys.executable, "-m", "uhdsearch.cli.main", "serve", str(index_dir), "--model", str(model_dir),
-               "--data", str(data), "--bm25", "--port", str(port), *extra]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_ready(base: str, process: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.stdout.read()}")
-        try:
-            if httpx.get(f"{base}/ready", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{base} not ready after {timeout} s")
 
 
 def browser():
@@ -102,8 +71,8 @@ def drive_page(driver, base: str, query: str, compare: bool, screenshot: Path | 
 @pytest.fixture(scope="module")
 def server(served):
     port = free_port()
-    process = start_server(served / "index", served / "model", served / "corpus.jsonl", port,
-                           "--typical-sample", "40")
+    process = start_server(served / "index", served / "model", port, "--data", str(served / "corpus.jsonl"),
+                           "--bm25", "--typical-sample", "40")
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(base, process)

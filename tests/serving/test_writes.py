@@ -13,15 +13,6 @@ from uhdsearch.serving.settings import ServeSettings  # noqa: E402
 KEY = {"Authorization": "Bearer s3cret"}
 
 
-@pytest.fixture
-def live(segmented, served_encoder, mini_data):
-    corpus = {d: mini_data.corpus[d] for d in list(mini_data.corpus)[:300]}
-    app = create_app(SearchService.open(served_encoder, segmented, corpus), ServeSettings(api_key="s3cret"))
-    with TestClient(app) as client:
-        assert app.state.ready.wait(120)
-        yield client
-
-
 def _new(mini_data, n=3):
     return [{"doc_id": d.doc_id, "title": d.title, "text": d.text} for d in list(mini_data.corpus.values())[-n:]]
 
@@ -107,15 +98,16 @@ def test_an_index_another_process_writes_is_locked(segmented, served_encoder, mi
 
     with SegmentedIndex.open(segmented, writable=True):
         app = create_app(SearchService.open(served_encoder, segmented, None))
-        with TestClient(app) as client:
+        with TestClient(app, base_url="http://localhost") as client:
             response = client.post("/documents", json={"documents": _new(mini_data, 1)})
             assert response.status_code == 423 and "locked" in response.json()["error"]
             assert client.get("/search", params={"q": "vitamin", "k": 3}).status_code == 200
 
 
-def test_beyond_loopback_writes_need_a_key(segmented, served_encoder, mini_data):
-    app = create_app(SearchService.open(served_encoder, segmented, None), ServeSettings(loopback=False))
-    with TestClient(app) as client:
+@pytest.mark.parametrize("loopback", [True, False])
+def test_without_a_key_writes_are_off(segmented, served_encoder, mini_data, loopback):
+    app = create_app(SearchService.open(served_encoder, segmented, None), ServeSettings(loopback=loopback))
+    with TestClient(app, base_url="http://localhost") as client:
         response = client.post("/documents", json={"documents": _new(mini_data, 1)})
-        assert response.status_code == 403 and "--api-key" in response.json()["error"]
+        assert response.status_code == 403 and "no API key" in response.json()["error"]
         assert client.get("/health").json()["writes"] is False

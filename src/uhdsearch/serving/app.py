@@ -13,13 +13,14 @@ import time
 from pathlib import Path
 
 import anyio
-from fastapi import FastAPI, Header, Query as Param, Request
+from fastapi import Depends, FastAPI, Query as Param, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from uhdsearch.errors import UhdError
+from uhdsearch.serving.guards import add_guards, write_guard
 from uhdsearch.serving.metrics import Metrics
 from uhdsearch.serving.schemas import AddRequest, DocumentOut, SearchRequest, SearchResponse
 from uhdsearch.serving.service import SearchOptions, SearchService, ServiceError, Snapshot
@@ -65,7 +66,9 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     app.state.service, app.state.settings, app.state.metrics, app.state.ready = service, settings, metrics, ready
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(_Measure, metrics=metrics)
+    add_guards(app, settings)
     _add_error_handlers(app)
+    may_write = Depends(write_guard(settings, lambda: service.write_refusal))
 
     compute = anyio.CapacityLimiter(settings.workers)
 
@@ -160,19 +163,9 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
                                 length_norm=_length_norm(length_norm))
         return await blocking(service.explain, q, doc_id, options)
 
-    def authorize(authorization: str | None, x_api_key: str | None) -> None:
-        token = x_api_key
-        if token is None and authorization is not None and authorization.lower().startswith("bearer "):
-            token = authorization[7:].strip()
-        refusal = settings.write_refusal(token)
-        if refusal is not None:
-            raise ServiceError(*refusal)
-
     @app.post("/documents")
-    async def add_documents(body: AddRequest, authorization: str | None = Header(None),
-                            x_api_key: str | None = Header(None)) -> dict:
+    async def add_documents(body: AddRequest, _: None = may_write) -> dict:
         """Encode and add documents; searches see them after POST /commit."""
-        authorize(authorization, x_api_key)
         if len(body.documents) > settings.max_documents_per_add:
             raise ServiceError(413, f"{len(body.documents)} documents in one request; at most "
                                     f"{settings.max_documents_per_add}")
@@ -181,17 +174,14 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         return {"added": len(documents), "pending": pending}
 
     @app.delete("/documents/{doc_id}")
-    async def delete_document(doc_id: str, authorization: str | None = Header(None),
-                              x_api_key: str | None = Header(None)) -> dict:
+    async def delete_document(doc_id: str, _: None = may_write) -> dict:
         """Delete a document; searches stop returning it after POST /commit."""
-        authorize(authorization, x_api_key)
         await blocking(service.delete, doc_id)
         return {"deleted": doc_id}
 
     @app.post("/commit")
-    async def commit(authorization: str | None = Header(None), x_api_key: str | None = Header(None)) -> dict:
+    async def commit(_: None = may_write) -> dict:
         """Make added and deleted documents durable and visible to searches, all at once."""
-        authorize(authorization, x_api_key)
         done = await blocking(service.commit)
         metrics.documents.set(done["n_documents"])
         return done
@@ -202,7 +192,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         return {"status": "ok", "n_documents": snapshot.index.n_documents, "generation": snapshot.generation,
                 "variant": snapshot.index.variant, "n_buckets": snapshot.index.n_buckets,
                 "bm25": service.bm25 is not None, "document_texts": len(service.documents) > 0,
-                "writes": service.write_refusal is None and settings.write_refusal(settings.api_key) is None,
+                "writes": service.write_refusal is None and settings.api_key is not None,
                 "typical_tokens": service.typical is not None and service.typical.ready}
 
     @app.get("/ready")

@@ -1,13 +1,13 @@
 """ServeSettings: the limits of every request and who may write."""
 from __future__ import annotations
 
-import hmac
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from uhdsearch.errors import UsageError
+from uhdsearch.serving.keys import ApiKey
 
-API_KEY_ENV = "UHDSEARCH_API_KEY"
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 
 @dataclass(frozen=True)
@@ -15,9 +15,10 @@ class ServeSettings:
     """Limits (422 when a field is over, 413 when the body or the batch is) and the write token.
 
     Attributes:
-        api_key: token for POST/DELETE on documents and POST /commit; None: writes need none on loopback and are
-            refused elsewhere.
-        loopback: the server listens on a loopback address only.
+        api_key: token for POST/DELETE on documents and POST /commit (a str is wrapped in an ApiKey, which never
+            shows it); None: writes are off. `uhdsearch serve` always gives one unless --read-only.
+        loopback: the server listens on a loopback address only: then requests must name a loopback Host
+            (a DNS-rebinding page names its own).
         workers: requests that encode or search at the same time; the rest wait their turn (inside their
             timeout). More compute threads than cores only fight for them (and each may hold a malloc arena).
     """
@@ -30,7 +31,7 @@ class ServeSettings:
     request_timeout_s: float = 30.0
     workers: int = 2
     snippet_chars: int = 240
-    api_key: str | None = None
+    api_key: ApiKey | str | None = field(default=None, repr=False)
     loopback: bool = True
 
     def __post_init__(self) -> None:
@@ -41,19 +42,21 @@ class ServeSettings:
                 raise UsageError(f"{name}={value!r} must be a positive integer")
         if not self.request_timeout_s > 0:
             raise UsageError(f"request_timeout_s={self.request_timeout_s!r} must be positive")
-        if self.api_key is not None and not self.api_key.strip():
-            raise UsageError("the API key is empty; give a token or none")
+        if isinstance(self.api_key, str):
+            object.__setattr__(self, "api_key", ApiKey(self.api_key))
+
+    @property
+    def allowed_hosts(self) -> list[str]:
+        """Host header values served (Starlette's TrustedHostMiddleware): loopback names on loopback, else any."""
+        return list(LOOPBACK_HOSTS) if self.loopback else ["*"]
 
     def write_refusal(self, token: str | None) -> tuple[int, str] | None:
         """(status, message) when a write with this token must be refused; None when it may go on."""
         if self.api_key is None:
-            if self.loopback:
-                return None
-            return 403, "writes are off: the server listens beyond loopback without --api-key"
+            return 403, "writes are off: the server has no API key (uhdsearch serve makes one unless --read-only)"
         if token is None:
             return 401, "this write needs the API key (header 'Authorization: Bearer KEY' or 'X-API-Key')"
-        # Constant time: the comparison must not tell how many leading characters were right.
-        if not hmac.compare_digest(token.encode("utf-8"), self.api_key.encode("utf-8")):
+        if not self.api_key.matches(token):
             return 401, "wrong API key"
         return None
 
