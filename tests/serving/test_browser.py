@@ -34,6 +34,7 @@ def browser():
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console: CSP violations show there
     return webdriver.Chrome(service=Service(DRIVER), options=options)
 
 
@@ -62,10 +63,12 @@ def drive_page(driver, base: str, query: str, compare: bool, screenshot: Path | 
                                                       for tr in table.find_elements(By.CSS_SELECTOR, "tr.dim")]
             for table in first.find_elements(By.CSS_SELECTOR, ".explain table.dims")}
     tokens = [td.text for td in first.find_elements(By.CSS_SELECTOR, ".explain tr.dim td:nth-child(3)")]
+    bars = [bar.size["width"] for bar in first.find_elements(By.CSS_SELECTOR, ".explain .bar")]
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(screenshot))
-    return {"hits": hits, "bm25": bm25, "dims": dims, "query_tokens": tokens}
+    console = [entry["message"] for entry in driver.get_log("browser")]
+    return {"hits": hits, "bm25": bm25, "dims": dims, "query_tokens": tokens, "bars": bars, "console": console}
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +101,10 @@ def test_the_page_shows_the_api_ranking_and_its_explanation(server, tmp_path):
     assert shown["dims"] == {b["bucket"]: [d["dim"] for d in b["dims"]] for b in explained["buckets"]}
     assert sum(map(len, shown["dims"].values())) > 0 and all(shown["query_tokens"])
     assert (tmp_path / "serve.png").stat().st_size > 10_000
+    # The page runs under the CSP (default-src 'self'): nothing refused, the bars' widths (set by script) applied.
+    assert not [m for m in shown["console"] if "Content Security Policy" in m], shown["console"]
+    assert max(shown["bars"]) == 60
+    assert "default-src 'self'" in httpx.get(f"{base}/").headers["content-security-policy"]
 
 
 def test_sigterm_finishes_the_request_in_flight(server):

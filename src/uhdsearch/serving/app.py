@@ -62,7 +62,9 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         stopping.set()
         service.close()
 
-    app = FastAPI(title="uhdsearch", summary="UHD-BERT sparse retrieval over HTTP", lifespan=lifespan)
+    # No /docs or /redoc: FastAPI's Swagger UI and ReDoc load from a CDN. The schema stays at /openapi.json.
+    app = FastAPI(title="uhdsearch", summary="UHD-BERT sparse retrieval over HTTP", lifespan=lifespan,
+                  docs_url=None, redoc_url=None)
     app.state.service, app.state.settings, app.state.metrics, app.state.ready = service, settings, metrics, ready
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(_Measure, metrics=metrics)

@@ -1,4 +1,4 @@
-"""Who may write: the write checks and the Host check.
+"""Who may write, and what every response tells a browser: the write checks, the Host check, security headers.
 
 A write (POST/DELETE /documents, POST /commit) needs the API key, and is refused when it comes from another
 site (an `Origin` or `Sec-Fetch-Site` that is not this server's: a web page the user opened) or carries a body
@@ -15,9 +15,20 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from uhdsearch.serving.service import ServiceError
 from uhdsearch.serving.settings import ServeSettings
 
+# The page loads its script and style from /static only; nothing inline, nothing from elsewhere, never framed.
+CONTENT_SECURITY_POLICY = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+SECURITY_HEADERS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+]
+
+
 def add_guards(app: FastAPI, settings: ServeSettings) -> None:
-    """The Host check (loopback names only, on loopback)."""
+    """The Host check (loopback names only, on loopback), then the security headers on every response."""
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.allowed_hosts, www_redirect=False)
+    app.add_middleware(_SecurityHeaders)
 
 
 def write_guard(settings: ServeSettings, impossible=lambda: None):
@@ -59,3 +70,21 @@ def content_type_refusal(request: Request) -> tuple[int, str] | None:
     if content_type.split(";", 1)[0].strip().lower() != "application/json":
         return 415, f"writes take 'Content-Type: application/json', not {content_type[:100]!r}"
     return None
+
+
+class _SecurityHeaders:
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []),
+                                      *(h for h in SECURITY_HEADERS if h[0] not in present)]
+            await send(message)
+
+        await self.app(scope, receive, sending)
