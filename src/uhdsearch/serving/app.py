@@ -20,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from uhdsearch.errors import UhdError
+from uhdsearch.serving import limits
 from uhdsearch.serving.guards import add_guards, write_guard
 from uhdsearch.serving.metrics import Metrics
 from uhdsearch.serving.schemas import AddRequest, DocumentOut, SearchRequest, SearchResponse
@@ -81,15 +82,6 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         except asyncio.TimeoutError:
             raise ServiceError(503, f"the request took longer than {settings.request_timeout_s:g} s") from None
 
-    def check_query(text: str, where: str = "q") -> None:
-        if len(text) > settings.max_query_chars:
-            raise ServiceError(422, f"{where}: the query has {len(text)} characters; at most "
-                                    f"{settings.max_query_chars} are allowed")
-
-    def check_k(k: int) -> None:
-        if k > settings.max_k:
-            raise ServiceError(422, f"k={k} is over the limit of {settings.max_k}")
-
     def hits(run: Run, query: Query, snapshot: Snapshot) -> dict:
         found = []
         for rank, hit in enumerate(run.results.get(query.query_id, []), 1):
@@ -99,6 +91,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         return {"query_id": query.query_id, "text": query.text, "hits": found}
 
     def respond(system: str, k: int, queries: list[Query], run: Run, snapshot: Snapshot) -> dict:
+        limits.check_scores(run)
         return {"system": system, "k": k, "generation": snapshot.generation,
                 "results": [hits(run, q, snapshot) for q in queries]}
 
@@ -119,31 +112,29 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         length_norm: str = Param("auto", description="binary counts / active dims ** ALPHA: auto, none, or ALPHA"),
     ) -> dict:
         """One query: the top-k documents with title and snippet (system=bm25: the BM25 ranking)."""
-        check_query(q)
-        check_k(k)
+        limits.check_queries([q], k, settings)
         queries = [Query("q1", q)]
         if system == "bm25":
             run = await blocking(service.bm25_search, queries, k)
             return respond("bm25", k, queries, run, service.snapshot)
         options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df),
                                 _cascade(cascade, settings.max_k), _length_norm(length_norm))
+        limits.check_options(options.query_k, options.bucket_weights, settings)
         run, snapshot = await blocking(service.search, queries, k, options)
         return respond("uhd", k, queries, run, snapshot)
 
     @app.post("/search", response_model=SearchResponse)
     async def search_post(body: SearchRequest) -> dict:
         """A batch of queries; with `candidates`, re-rank those doc_ids instead of searching the whole index."""
-        if len(body.queries) > settings.max_batch:
-            raise ServiceError(413, f"{len(body.queries)} queries in one request; at most {settings.max_batch}")
-        for i, q in enumerate(body.queries):
-            check_query(q.text, f"queries[{i}].text")
-        check_k(body.k)
+        limits.check_queries([q.text for q in body.queries], body.k, settings, "queries")
+        limits.check_candidates(body.candidates, settings)
         ids = [q.query_id for q in body.queries]
         if len(set(ids)) != len(ids):
             raise ServiceError(422, "queries: a query_id appears twice")
         queries = [Query(q.query_id, q.text) for q in body.queries]
         options = SearchOptions(body.scoring, body.query_k, body.bucket_weights, _max_df(body.max_df),
                                 _cascade(body.cascade, settings.max_k), _length_norm(body.length_norm))
+        limits.check_options(options.query_k, options.bucket_weights, settings)
         run, snapshot = await blocking(service.search, queries, body.k, options, body.candidates)
         return respond("uhd", body.k, queries, run, snapshot)
 
@@ -160,17 +151,18 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
                       query_k: int | None = Param(None, ge=0), bucket_weights: str | None = None,
                       max_df: str = Param("auto"), length_norm: str = Param("auto")) -> dict:
         """The latent dimensions query and document share, per bucket: contribution, tokens, typical tokens."""
-        check_query(q)
+        limits.check_queries([q], 1, settings)
         options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df),
                                 length_norm=_length_norm(length_norm))
-        return await blocking(service.explain, q, doc_id, options)
+        limits.check_options(options.query_k, options.bucket_weights, settings)
+        explained = await blocking(service.explain, q, doc_id, options)
+        limits.check_finite(explained["score"], "the score")
+        return explained
 
     @app.post("/documents")
     async def add_documents(body: AddRequest, _: None = may_write) -> dict:
         """Encode and add documents; searches see them after POST /commit."""
-        if len(body.documents) > settings.max_documents_per_add:
-            raise ServiceError(413, f"{len(body.documents)} documents in one request; at most "
-                                    f"{settings.max_documents_per_add}")
+        limits.check_documents(body.documents, settings)
         documents = [Document(d.doc_id, d.text, d.title) for d in body.documents]
         pending = await blocking(service.add, documents, body.replace)
         return {"added": len(documents), "pending": pending}

@@ -12,9 +12,14 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """Limits (422 when a field is over, 413 when the body or the batch is) and the write token.
+    """Limits (422 when a field is over, 413 when the body, the batch or the response would be) and the write token.
 
     Attributes:
+        max_hits: hits in one response, queries x k (64 x 1,000 hits with snippets would be ~25 MB).
+        max_candidates: doc_ids to re-rank per query (POST /search `candidates`).
+        max_query_k: `query_k` (0 keeps every active dimension, the most there is).
+        max_bucket_weight: the largest |bucket weight|; larger ones can overflow float32 scores to inf.
+        max_title_chars, max_text_chars: per added document.
         api_key: token for POST/DELETE on documents and POST /commit (a str is wrapped in an ApiKey, which never
             shows it); None: writes are off. `uhdsearch serve` always gives one unless --read-only.
         loopback: the server listens on a loopback address only: then requests must name a loopback Host
@@ -28,6 +33,12 @@ class ServeSettings:
     max_batch: int = 64
     max_body_bytes: int = 1_048_576
     max_documents_per_add: int = 256
+    max_hits: int = 10_000
+    max_candidates: int = 1_000
+    max_query_k: int = 10_000
+    max_bucket_weight: float = 1_000.0
+    max_title_chars: int = 1_000
+    max_text_chars: int = 100_000
     request_timeout_s: float = 30.0
     workers: int = 2
     snippet_chars: int = 240
@@ -36,10 +47,13 @@ class ServeSettings:
 
     def __post_init__(self) -> None:
         for name in ("max_query_chars", "max_k", "max_batch", "max_body_bytes", "max_documents_per_add",
-                     "workers", "snippet_chars"):
+                     "max_hits", "max_candidates", "max_query_k", "max_title_chars", "max_text_chars", "workers",
+                     "snippet_chars"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UsageError(f"{name}={value!r} must be a positive integer")
+        if not 0 < self.max_bucket_weight < float("inf"):
+            raise UsageError(f"max_bucket_weight={self.max_bucket_weight!r} must be a positive number")
         if not self.request_timeout_s > 0:
             raise UsageError(f"request_timeout_s={self.request_timeout_s!r} must be positive")
         if isinstance(self.api_key, str):
