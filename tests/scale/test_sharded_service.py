@@ -29,7 +29,7 @@ def static_index(tmp_path_factory, tiny_encoder_session, mini_data, mini_encodin
 def _answers(service, queries=QUERIES, ks=(1, 10, 400), scorings=("binary", "weighted")) -> list:
     out = []
     # generous timeout: each shard actor compiles its kernels on first use, slow on a busy 2-core machine
-    with TestClient(create_app(service, ServeSettings(request_timeout_s=600)), base_url="http://localhost") as client:
+    with TestClient(create_app(service, ServeSettings(queue_timeout_s=600)), base_url="http://localhost") as client:
         for q in queries:
             for k in ks:
                 for scoring in scorings:

@@ -38,8 +38,11 @@ def serve(
     max_batch: int = typer.Option(64, "--max-batch", help="Queries per POST /search."),
     max_query_chars: int = typer.Option(2000, "--max-query-chars"),
     max_body_bytes: int = typer.Option(1_048_576, "--max-body-bytes"),
-    request_timeout: float = typer.Option(30.0, "--request-timeout", help="Seconds before a request gets 503; "
-                                          "also the grace period for in-flight requests at SIGTERM."),
+    queue_timeout: float = typer.Option(10.0, "--queue-timeout", help="Seconds a request may wait for a worker "
+                                        "before it gets 503 with Retry-After; work that has started always "
+                                        "runs to completion."),
+    max_queue: int = typer.Option(64, "--max-queue", help="Requests waiting for a worker; beyond, 503 with "
+                                  "Retry-After at once."),
     workers: int = typer.Option(0, "--workers", help="Requests encoding or searching at once (the rest queue); "
                                 "0: one per CPU core, each with one torch thread."),
     onnx: bool = typer.Option(False, "--onnx", help="Encode queries with the backbone in ONNX Runtime (~2x "
@@ -80,8 +83,8 @@ def serve(
     workers = workers or cores
     torch_threads = max(1, cores // workers)  # workers x threads fits the cores
     settings = ServeSettings(max_query_chars=max_query_chars, max_k=max_k, max_batch=max_batch,
-                             max_body_bytes=max_body_bytes, request_timeout_s=request_timeout, loopback=loopback,
-                             workers=workers)
+                             max_body_bytes=max_body_bytes, queue_timeout_s=queue_timeout, max_queue=max_queue,
+                             loopback=loopback, workers=workers)
     if shards < 0:
         raise UsageError(f"--shards {shards} must be 0 (no sharding) or a positive number of shards")
     if (ray_address or shard_dir or replicas != 1) and not shards:
@@ -108,8 +111,8 @@ def serve(
 
     torch.set_num_threads(torch_threads)  # only now: option errors must leave the calling process as it was
     app = create_app(service, settings)
-    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=max(1, int(request_timeout)),
-                log_level="info")
+    # At SIGTERM, connections get this long to finish; work already started ends in any case (create_app).
+    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=30, log_level="info")
 
 
 def _write_key(index_dir: Path, api_key: Optional[str], api_key_file: Optional[Path]):

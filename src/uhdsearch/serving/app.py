@@ -2,17 +2,15 @@
 
 Every error is `{"error": message}` with a 4xx status (5xx only for a bug or a timeout), never a traceback.
 Blocking work (encoding, index search) runs in worker threads, at most `settings.workers` at once, so the event
-loop keeps answering and the cores are not oversubscribed.
+loop keeps answering and the cores are not oversubscribed; admission.py bounds the queue in front of them.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from pathlib import Path
 
-import anyio
 from fastapi import Depends, FastAPI, Query as Param, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -21,6 +19,7 @@ from starlette.exceptions import HTTPException
 
 from uhdsearch.errors import UhdError
 from uhdsearch.serving import limits
+from uhdsearch.serving.admission import Admission, BodyLimit
 from uhdsearch.serving.guards import add_guards, write_guard
 from uhdsearch.serving.metrics import Metrics
 from uhdsearch.serving.schemas import AddRequest, DocumentOut, SearchRequest, SearchResponse
@@ -61,26 +60,23 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
         yield
         stopping.set()
+        admission.close()  # work that has started ends before the writer closes
         service.close()
 
     # No /docs or /redoc: FastAPI's Swagger UI and ReDoc load from a CDN. The schema stays at /openapi.json.
     app = FastAPI(title="uhdsearch", summary="UHD-BERT sparse retrieval over HTTP", lifespan=lifespan,
                   docs_url=None, redoc_url=None)
     app.state.service, app.state.settings, app.state.metrics, app.state.ready = service, settings, metrics, ready
-    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
+                       refuse=_error)
     app.add_middleware(_Measure, metrics=metrics)
     add_guards(app, settings)
     _add_error_handlers(app)
     may_write = Depends(write_guard(settings, lambda: service.write_refusal))
 
-    compute = anyio.CapacityLimiter(settings.workers)
-
-    async def blocking(fn, *args):
-        try:
-            return await asyncio.wait_for(anyio.to_thread.run_sync(fn, *args, limiter=compute),
-                                          settings.request_timeout_s)
-        except asyncio.TimeoutError:
-            raise ServiceError(503, f"the request took longer than {settings.request_timeout_s:g} s") from None
+    admission = Admission(settings.workers, settings.max_queue, settings.queue_timeout_s)
+    app.state.admission = admission
+    blocking = admission.run
 
     def hits(run: Run, query: Query, snapshot: Snapshot) -> dict:
         found = []
@@ -257,14 +253,14 @@ def _snippet(text: str, limit: int) -> str:
     return cut + " …"
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return _error(exc.status, str(exc))
+        return _error(exc.status, str(exc), getattr(exc, "headers", None))
 
     @app.exception_handler(UhdError)
     async def user_error(_: Request, exc: UhdError) -> JSONResponse:
@@ -286,47 +282,6 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def bug(_: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error")
         return _error(500, f"internal error ({type(exc).__name__}); see the server log")
-
-
-class _BodyLimit:
-    """413 for a body over `max_bytes`, whether it declares its length or streams it."""
-
-    def __init__(self, app, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._refuse(send)
-        if scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS") and declared is None:
-            return await self.app(scope, receive, send)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                return await self._refuse(send)
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body, replayed = b"".join(chunks), False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, send) -> None:
-        await _error(413, f"the request body is over {self.max_bytes} bytes")({"type": "http"}, None, send)
 
 
 class _Measure:

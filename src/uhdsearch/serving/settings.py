@@ -24,8 +24,12 @@ class ServeSettings:
             shows it); None: writes are off. `uhdsearch serve` always gives one unless --read-only.
         loopback: the server listens on a loopback address only: then requests must name a loopback Host
             (a DNS-rebinding page names its own).
-        workers: requests that encode or search at the same time; the rest wait their turn (inside their
-            timeout). More compute threads than cores only fight for them (and each may hold a malloc arena).
+        workers: requests that encode or search at the same time; the rest wait their turn. More compute
+            threads than cores only fight for them (and each may hold a malloc arena).
+        max_queue: requests waiting for a worker; one more gets 503 with Retry-After at once.
+        queue_timeout_s: the longest a request waits for a worker (then 503 with Retry-After); work that has
+            started is never cut off: it runs to completion and holds its worker.
+        body_timeout_s: the longest a request body may take to arrive (then 408).
     """
 
     max_query_chars: int = 2_000
@@ -39,8 +43,10 @@ class ServeSettings:
     max_bucket_weight: float = 1_000.0
     max_title_chars: int = 1_000
     max_text_chars: int = 100_000
-    request_timeout_s: float = 30.0
     workers: int = 2
+    max_queue: int = 64
+    queue_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
     snippet_chars: int = 240
     api_key: ApiKey | str | None = field(default=None, repr=False)
     loopback: bool = True
@@ -54,8 +60,11 @@ class ServeSettings:
                 raise UsageError(f"{name}={value!r} must be a positive integer")
         if not 0 < self.max_bucket_weight < float("inf"):
             raise UsageError(f"max_bucket_weight={self.max_bucket_weight!r} must be a positive number")
-        if not self.request_timeout_s > 0:
-            raise UsageError(f"request_timeout_s={self.request_timeout_s!r} must be positive")
+        for name in ("queue_timeout_s", "body_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise UsageError(f"{name}={getattr(self, name)!r} must be positive")
+        if not isinstance(self.max_queue, int) or self.max_queue < 0:
+            raise UsageError(f"max_queue={self.max_queue!r} must be 0 or a positive integer")
         if isinstance(self.api_key, str):
             object.__setattr__(self, "api_key", ApiKey(self.api_key))
 
