@@ -23,25 +23,41 @@ QUERY = "vitamin d deficiency and bone density"
 
 
 class Computing:
-    """Wraps a service method: counts the threads inside it (the peak), each staying `seconds` longer."""
+    """Wraps a service method (and, given `gauge`, shares its count): counts the threads inside any of them (the
+    peak), each staying `seconds` longer."""
 
-    def __init__(self, method, seconds: float) -> None:
+    def __init__(self, method, seconds: float, gauge: Computing | None = None) -> None:
         self.method, self.seconds = method, seconds
-        self.now, self.peak, self.threads, self.finished = 0, 0, set(), 0
+        self.gauge = gauge or self
+        self.inside, self.peak, self.threads, self.finished = {}, 0, set(), 0
         self.lock = threading.Lock()
 
     def __call__(self, *args, **kwargs):
-        with self.lock:
-            self.now += 1
-            self.peak = max(self.peak, self.now)
-            self.threads.add(threading.current_thread().name)
+        gauge, me = self.gauge, threading.get_ident()
+        with gauge.lock:
+            gauge.inside[me] = gauge.inside.get(me, 0) + 1
+            gauge.peak = max(gauge.peak, len(gauge.inside))
+            gauge.threads.add(threading.current_thread().name)
         try:
             time.sleep(self.seconds)
             return self.method(*args, **kwargs)
         finally:
-            with self.lock:
-                self.now -= 1
+            with gauge.lock:
+                gauge.inside[me] -= 1
+                if not gauge.inside[me]:
+                    del gauge.inside[me]
                 self.finished += 1
+
+
+class CountedEncoder:
+    """The real encoder whose every encoding counts as computing, in the searches' gauge."""
+
+    def __init__(self, encoder, gauge: Computing) -> None:
+        self._encoder = encoder
+        self.encode = Computing(encoder.encode, 0.05, gauge)
+
+    def __getattr__(self, name):
+        return getattr(self._encoder, name)
 
 
 def _client(service, **settings) -> TestClient:
@@ -62,7 +78,9 @@ def test_overload_gets_503_with_retry_after_and_never_more_computing_threads_tha
                                                                                          workers):
     service = SearchService.open(served_encoder, served / "index", None)
     service.search = computing = Computing(service.search, 0.5)
+    service.query_encoder = counted = CountedEncoder(served_encoder, computing)  # batched encodings compute too
     with _client(service, workers=workers, max_queue=1, queue_timeout_s=30) as client:
+        assert client.app.state.ready.wait(60)
         started = time.monotonic()
         answers = _at_once(client, 10, _search)
         quick = [r for r in answers if r.status_code == 503]
@@ -70,6 +88,7 @@ def test_overload_gets_503_with_retry_after_and_never_more_computing_threads_tha
         assert all(r.headers["retry-after"] == "1" and "busy" in r.json()["error"] for r in quick)
         assert workers <= sum(r.status_code == 200 for r in answers) <= 10 - len(quick)
         assert computing.peak == workers and len(computing.threads) <= workers
+        assert counted.encode.finished >= 2  # the warm-up's, then the requests' in batches
         assert all(name.startswith("uhdsearch-compute") for name in computing.threads)
         assert len([t for t in threading.enumerate() if t.name.startswith("uhdsearch-compute")]) <= workers
         assert time.monotonic() - started < 10 * 0.5  # the refused ones did not wait their turn
@@ -93,7 +112,7 @@ def test_a_write_past_the_deadline_is_not_half_done(segmented, served_encoder, m
     new = [{"doc_id": d.doc_id, "title": d.title, "text": d.text} for d in list(mini_data.corpus.values())[-4:]]
     with _client(service, workers=1, max_queue=8, queue_timeout_s=0.3) as client:
         generation = client.get("/health").json()["generation"]
-        with ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(3) as pool:
             busy = pool.submit(_search, client, 0)
             time.sleep(0.2)  # the search holds the only worker
             late = [pool.submit(client.post, "/documents", json={"documents": new[:2]}, headers=KEY),

@@ -43,6 +43,10 @@ def serve(
                                         "runs to completion."),
     max_queue: int = typer.Option(64, "--max-queue", help="Requests waiting for a worker; beyond, 503 with "
                                   "Retry-After at once."),
+    encode_batch: int = typer.Option(32, "--encode-batch", help="Queries of concurrent requests encoded in one "
+                                     "call, at most; 1: each request alone."),
+    encode_wait_ms: float = typer.Option(3.0, "--encode-wait-ms", help="How long a batch of queries waits for "
+                                         "more before it queues for a worker."),
     workers: int = typer.Option(0, "--workers", help="Requests encoding or searching at once (the rest queue); "
                                 "0: one per CPU core, each with one torch thread."),
     onnx: bool = typer.Option(False, "--onnx", help="Encode queries with the backbone in ONNX Runtime (~2x "
@@ -84,7 +88,8 @@ def serve(
     torch_threads = max(1, cores // workers)  # workers x threads fits the cores
     settings = ServeSettings(max_query_chars=max_query_chars, max_k=max_k, max_batch=max_batch,
                              max_body_bytes=max_body_bytes, queue_timeout_s=queue_timeout, max_queue=max_queue,
-                             loopback=loopback, workers=workers)
+                             loopback=loopback, workers=workers, encode_batch=encode_batch,
+                             encode_wait_s=encode_wait_ms / 1000)
     if shards < 0:
         raise UsageError(f"--shards {shards} must be 0 (no sharding) or a positive number of shards")
     if (ray_address or shard_dir or replicas != 1) and not shards:

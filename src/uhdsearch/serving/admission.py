@@ -34,30 +34,41 @@ class Admission:
         self.max_queue = max_queue
         self.queue_timeout_s = queue_timeout_s
         self.waiting = 0  # requests waiting for a slot now
+        self.admitted = 0  # requests waiting or computing
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="uhdsearch-compute")
         self._slots: asyncio.Semaphore | None = None  # made in the event loop that uses it
 
-    async def run(self, fn: Callable[..., T], *args) -> T:
-        """fn(*args) on a worker thread once a slot is free; Busy when none frees within the deadline."""
+    async def run(self, fn: Callable[..., T], *args, queued: bool = True) -> T:
+        """fn(*args) on a worker thread once a slot is free; Busy when none frees within the deadline or the
+        queue is full. queued=False: the server's own work (warm-up), which waits as long as it takes."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.workers)
         slots = self._slots
-        if slots.locked() and self.waiting >= self.max_queue:
-            raise Busy(f"the server is busy: {self.waiting} requests wait for its {self.workers} workers",
-                       1)
+        if queued and self.admitted >= self.workers + self.max_queue:  # counted here: no await since the check
+            raise Busy(f"the server is busy: {self.admitted - self.workers} requests wait for its "
+                       f"{self.workers} workers", 1)
+        self.admitted += 1
         self.waiting += 1
         try:
-            await asyncio.wait_for(slots.acquire(), self.queue_timeout_s)
-        except asyncio.TimeoutError:
-            raise Busy(f"no worker was free within {self.queue_timeout_s:g} s", 1) from None
+            await asyncio.wait_for(slots.acquire(), self.queue_timeout_s if queued else None)
+        except BaseException as exc:
+            self.admitted -= 1
+            if isinstance(exc, asyncio.TimeoutError):
+                raise Busy(f"no worker was free within {self.queue_timeout_s:g} s", 1) from None
+            raise
         finally:
             self.waiting -= 1
+
+        def done(_) -> None:  # when the work ends, not when the await does
+            self.admitted -= 1
+            slots.release()
+
         try:
             future = asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         except BaseException:
-            slots.release()
+            done(None)
             raise
-        future.add_done_callback(lambda _: slots.release())  # when the work ends, not when the await does
+        future.add_done_callback(done)
         return await asyncio.shield(future)
 
     def close(self) -> None:

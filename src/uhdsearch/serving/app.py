@@ -6,6 +6,7 @@ loop keeps answering and the cores are not oversubscribed; admission.py bounds t
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -19,7 +20,9 @@ from starlette.exceptions import HTTPException
 
 from uhdsearch.errors import UhdError
 from uhdsearch.serving import limits
+from uhdsearch.search.searcher import MAX_QUERY_CHARS
 from uhdsearch.serving.admission import Admission, BodyLimit
+from uhdsearch.serving.batching import PreEncoded, QueryBatcher
 from uhdsearch.serving.guards import add_guards, write_guard
 from uhdsearch.serving.metrics import Metrics
 from uhdsearch.serving.schemas import AddRequest, DocumentOut, SearchRequest, SearchResponse
@@ -37,7 +40,10 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
 
     settings = settings or ServeSettings()
     metrics = Metrics()
-    service.on_encode = metrics.encode.observe
+    # Searchers encode queries through PreEncoded: rows the batcher encoded with other requests' queries, or
+    # alone. It reports the time of real encodings only.
+    pre_encoded = PreEncoded(service.query_encoder or service.encoder, metrics.encode.observe)
+    service.query_encoder, service.on_encode = pre_encoded, lambda seconds: None
     ready, stopping = threading.Event(), threading.Event()
 
     def warm_up() -> None:
@@ -57,9 +63,11 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     async def lifespan(_: FastAPI):
         if service.typical is not None:
             service.typical.start()
-        threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+        warming = asyncio.ensure_future(admission.run(warm_up, queued=False))  # on a worker: it computes
+        warming.add_done_callback(_log_failure)
         yield
         stopping.set()
+        warming.cancel()  # if it still waits for a worker
         admission.close()  # work that has started ends before the writer closes
         service.close()
 
@@ -77,6 +85,18 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     admission = Admission(settings.workers, settings.max_queue, settings.queue_timeout_s)
     app.state.admission = admission
     blocking = admission.run
+    batcher = QueryBatcher(pre_encoded, blocking, settings.encode_batch, settings.encode_wait_s)
+    app.state.batcher = batcher
+
+    async def search(queries: list[Query], k: int, options: SearchOptions, candidates=None) -> tuple[Run, Snapshot]:
+        """The queries encoded in a batch with other requests' (batching.py), then searched on a worker."""
+        rows = await batcher.encode([q.text[:MAX_QUERY_CHARS] for q in queries])
+
+        def searching():
+            with pre_encoded.given(rows):
+                return service.search(queries, k, options, candidates)
+
+        return await blocking(searching)
 
     def hits(run: Run, query: Query, snapshot: Snapshot) -> dict:
         found = []
@@ -116,7 +136,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df),
                                 _cascade(cascade, settings.max_k), _length_norm(length_norm))
         limits.check_options(options.query_k, options.bucket_weights, settings)
-        run, snapshot = await blocking(service.search, queries, k, options)
+        run, snapshot = await search(queries, k, options)
         return respond("uhd", k, queries, run, snapshot)
 
     @app.post("/search", response_model=SearchResponse)
@@ -131,7 +151,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         options = SearchOptions(body.scoring, body.query_k, body.bucket_weights, _max_df(body.max_df),
                                 _cascade(body.cascade, settings.max_k), _length_norm(body.length_norm))
         limits.check_options(options.query_k, options.bucket_weights, settings)
-        run, snapshot = await blocking(service.search, queries, body.k, options, body.candidates)
+        run, snapshot = await search(queries, body.k, options, body.candidates)
         return respond("uhd", body.k, queries, run, snapshot)
 
     @app.get("/documents/{doc_id}", response_model=DocumentOut)
@@ -201,6 +221,11 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _log_failure(task: asyncio.Future) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("warm-up failed", exc_info=task.exception())
 
 
 def _max_df(value: str | float) -> float | str | None:

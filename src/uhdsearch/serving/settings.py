@@ -30,6 +30,8 @@ class ServeSettings:
         queue_timeout_s: the longest a request waits for a worker (then 503 with Retry-After); work that has
             started is never cut off: it runs to completion and holds its worker.
         body_timeout_s: the longest a request body may take to arrive (then 408).
+        encode_batch, encode_wait_s: concurrent requests' queries are encoded together (batching.py): a batch
+            gathers for up to `encode_wait_s`, and on while it waits for a worker, up to `encode_batch` queries.
     """
 
     max_query_chars: int = 2_000
@@ -47,6 +49,8 @@ class ServeSettings:
     max_queue: int = 64
     queue_timeout_s: float = 10.0
     body_timeout_s: float = 10.0
+    encode_batch: int = 32
+    encode_wait_s: float = 0.003
     snippet_chars: int = 240
     api_key: ApiKey | str | None = field(default=None, repr=False)
     loopback: bool = True
@@ -54,7 +58,7 @@ class ServeSettings:
     def __post_init__(self) -> None:
         for name in ("max_query_chars", "max_k", "max_batch", "max_body_bytes", "max_documents_per_add",
                      "max_hits", "max_candidates", "max_query_k", "max_title_chars", "max_text_chars", "workers",
-                     "snippet_chars"):
+                     "snippet_chars", "encode_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UsageError(f"{name}={value!r} must be a positive integer")
@@ -63,6 +67,8 @@ class ServeSettings:
         for name in ("queue_timeout_s", "body_timeout_s"):
             if not getattr(self, name) > 0:
                 raise UsageError(f"{name}={getattr(self, name)!r} must be positive")
+        if not 0 <= self.encode_wait_s <= 1:
+            raise UsageError(f"encode_wait_s={self.encode_wait_s!r} must be between 0 and 1 second")
         if not isinstance(self.max_queue, int) or self.max_queue < 0:
             raise UsageError(f"max_queue={self.max_queue!r} must be 0 or a positive integer")
         if isinstance(self.api_key, str):
