@@ -176,18 +176,20 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         return explained
 
     @app.post("/documents")
-    async def add_documents(body: AddRequest, _: None = may_write) -> dict:
-        """Encode and add documents; searches see them after POST /commit."""
+    async def add_documents(body: AddRequest, _: None = may_write, commit: bool = Param(False, description=
+                            "commit in the same call: searches see the documents when it answers")) -> dict:
+        """Encode and add documents; pending (not searched, lost at shutdown) until POST /commit or ?commit=true."""
         limits.check_documents(body.documents, settings)
         documents = [Document(d.doc_id, d.text, d.title) for d in body.documents]
-        pending = await blocking(service.add, documents, body.replace)
-        return {"added": len(documents), "pending": pending}
+        pending = await blocking(service.add, documents, body.replace, commit)
+        return {"added": len(documents), **_write_state(service, pending, commit)}
 
     @app.delete("/documents/{doc_id}")
-    async def delete_document(doc_id: str, _: None = may_write) -> dict:
-        """Delete a document; searches stop returning it after POST /commit."""
-        await blocking(service.delete, doc_id)
-        return {"deleted": doc_id}
+    async def delete_document(doc_id: str, _: None = may_write, commit: bool = Param(False, description=
+                              "commit in the same call: searches stop returning it when it answers")) -> dict:
+        """Delete a document; searches still return it until POST /commit or ?commit=true."""
+        pending = await blocking(service.delete, doc_id, commit)
+        return {"deleted": doc_id, **_write_state(service, pending, commit)}
 
     @app.post("/commit")
     async def commit(_: None = may_write) -> dict:
@@ -203,7 +205,9 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
                 "variant": snapshot.index.variant, "n_buckets": snapshot.index.n_buckets,
                 "bm25": service.bm25 is not None, "document_texts": len(service.documents) > 0,
                 "writes": service.write_refusal is None and settings.api_key is not None,
-                "typical_tokens": service.typical is not None and service.typical.ready}
+                "typical_tokens": service.typical is not None and service.typical.ready,
+                "n_segments": getattr(snapshot.index, "n_segments", None),
+                "pending_changes": service.pending_changes}
 
     @app.get("/ready")
     async def is_ready() -> JSONResponse:
@@ -218,9 +222,19 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         snapshot = service.snapshot
         metrics.documents.set(snapshot.index.n_documents)
         metrics.generation.set(-1 if snapshot.generation is None else snapshot.generation)
+        metrics.segments.set(getattr(snapshot.index, "n_segments", 1))
+        metrics.pending.set(service.pending_changes)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _write_state(service: SearchService, pending: int, committed: bool) -> dict:
+    """What a write's answer says about visibility: committed, or pending until POST /commit."""
+    state = {"committed": committed, "pending_changes": pending, "generation": service.snapshot.generation}
+    if not committed:
+        state["note"] = "pending: searches do not see this change, and a shutdown loses it, until POST /commit"
+    return state
 
 
 def _log_failure(task: asyncio.Future) -> None:
