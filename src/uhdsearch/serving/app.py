@@ -1,6 +1,6 @@
 """create_app(service, settings) -> FastAPI: the search API, the page at `/`, JSON errors, limits, metrics.
 
-Every error is `{"error": message}` with a 4xx status (5xx only for a bug or a timeout), never a traceback.
+Every error is `{"error": message}` with a 4xx status (5xx only for a bug, or 503 when busy), never a traceback.
 Blocking work (encoding, index search) runs in worker threads, at most `settings.workers` at once, so the event
 loop keeps answering and the cores are not oversubscribed; admission.py bounds the queue in front of them.
 """
@@ -19,8 +19,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from uhdsearch.errors import UhdError
-from uhdsearch.serving import limits
 from uhdsearch.search.searcher import MAX_QUERY_CHARS
+from uhdsearch.serving import limits
 from uhdsearch.serving.admission import Admission, BodyLimit
 from uhdsearch.serving.batching import PreEncoded, QueryBatcher
 from uhdsearch.serving.guards import add_guards, write_guard
