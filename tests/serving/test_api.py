@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("fastapi")
@@ -237,3 +238,23 @@ def test_workers_must_be_positive():
 
     with pytest.raises(UsageError, match="workers=0"):
         ServeSettings(workers=0)
+
+
+def test_explain_token_lists_are_the_same_through_onnx_runtime(served, corpus):
+    pytest.importorskip("onnxruntime")
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.serving.explain import token_winners
+
+    encoder = UHDEncoder.from_pretrained(served / "model")
+    texts = [QUERY, next(iter(corpus.values())).full_text]
+    plain = token_winners(encoder, texts, "document")
+    encoder.use_onnx_runtime(threads=1)
+    fast = token_winners(encoder, texts, "document")
+    import torch
+
+    with torch.inference_mode():
+        assert encoder._backbone_runner() is not encoder.backbone  # what token_winners ran: the ONNX session
+    for mine, theirs in zip(plain, fast):
+        for a, b in zip(mine, theirs):
+            assert a.tokens == b.tokens and (a.dims == b.dims).mean() > 0.99
+            assert np.allclose(a.values, b.values, atol=1e-4)
