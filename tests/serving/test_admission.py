@@ -128,7 +128,7 @@ def test_a_write_past_the_deadline_is_not_half_done(segmented, served_encoder, m
         assert client.post("/commit", headers=KEY).json()["n_documents"] == 302
 
 
-def test_work_still_running_at_shutdown_finishes_before_the_writer_closes(segmented, served_encoder, mini_data):
+def test_work_still_running_at_shutdown_finishes_and_is_committed(segmented, served_encoder, mini_data):
     service = SearchService.open(served_encoder, segmented, None)
     service.add = adding = Computing(service.add, 1.0)
     new = [{"doc_id": d.doc_id, "title": d.title, "text": d.text} for d in list(mini_data.corpus.values())[-1:]]
@@ -143,7 +143,19 @@ def test_work_still_running_at_shutdown_finishes_before_the_writer_closes(segmen
         pending.start()
         time.sleep(0.3)
     pending.join(10)
-    assert adding.finished == 1 and len(service._pending) == 1 and service.writer is None
+    assert adding.finished == 1 and service.writer is None
+    # ... and what it added was committed at shutdown, as pending changes are unless --discard-pending
+    again = SearchService.open(served_encoder, segmented, None, writable=False)
+    assert again.document(new[0]["doc_id"]) is not None and again.snapshot.index.n_documents == 301
+
+
+def test_discard_pending_drops_uncommitted_changes_at_shutdown(segmented, served_encoder, mini_data):
+    service = SearchService.open(served_encoder, segmented, None)
+    new = [{"doc_id": d.doc_id, "title": d.title, "text": d.text} for d in list(mini_data.corpus.values())[-1:]]
+    with _client(service, commit_at_shutdown=False) as client:
+        assert client.post("/documents", json={"documents": new}, headers=KEY).json()["pending_changes"] == 1
+    again = SearchService.open(served_encoder, segmented, None, writable=False)
+    assert again.document(new[0]["doc_id"]) is None and again.snapshot.index.n_documents == 300
 
 
 def test_a_body_that_arrives_too_slowly_gets_408(served, served_encoder):

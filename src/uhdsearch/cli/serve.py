@@ -30,6 +30,8 @@ def serve(
                                           "visible in ps); prefer --api-key-file or UHDSEARCH_API_KEY."),
     bm25: bool = typer.Option(False, "--bm25", help="Build a BM25 index of --data for the page's side-by-side "
                               "comparison (/search?system=bm25)."),
+    discard_pending: bool = typer.Option(False, "--discard-pending", help="At shutdown, drop the added and "
+                                         "deleted documents not yet committed (default: commit them)."),
     read_only: bool = typer.Option(False, "--read-only", help="No writes: never take the segmented index's write "
                                    "lock, no API key."),
     typical_sample: int = typer.Option(300, "--typical-sample", help="Documents of --data sampled (in the "
@@ -89,7 +91,7 @@ def serve(
     settings = ServeSettings(max_query_chars=max_query_chars, max_k=max_k, max_batch=max_batch,
                              max_body_bytes=max_body_bytes, queue_timeout_s=queue_timeout, max_queue=max_queue,
                              loopback=loopback, workers=workers, encode_batch=encode_batch,
-                             encode_wait_s=encode_wait_ms / 1000)
+                             encode_wait_s=encode_wait_ms / 1000, commit_at_shutdown=not discard_pending)
     if shards < 0:
         raise UsageError(f"--shards {shards} must be 0 (no sharding) or a positive number of shards")
     if (ray_address or shard_dir or replicas != 1) and not shards:

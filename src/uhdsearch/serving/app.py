@@ -69,6 +69,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         stopping.set()
         warming.cancel()  # if it still waits for a worker
         admission.close()  # work that has started ends before the writer closes
+        _commit_pending(service, settings.commit_at_shutdown)
         service.close()
 
     # No /docs or /redoc: FastAPI's Swagger UI and ReDoc load from a CDN. The schema stays at /openapi.json.
@@ -233,8 +234,21 @@ def _write_state(service: SearchService, pending: int, committed: bool) -> dict:
     """What a write's answer says about visibility: committed, or pending until POST /commit."""
     state = {"committed": committed, "pending_changes": pending, "generation": service.snapshot.generation}
     if not committed:
-        state["note"] = "pending: searches do not see this change, and a shutdown loses it, until POST /commit"
+        state["note"] = ("pending: searches do not see this change until POST /commit (a graceful shutdown commits "
+                         "it, a crash loses it)")
     return state
+
+
+def _commit_pending(service: SearchService, commit: bool) -> None:
+    """At shutdown: changes acknowledged but not committed are committed (or, if so configured, dropped)."""
+    if not service.pending_changes:
+        return
+    if not commit:
+        logger.warning("shutting down: %d pending changes dropped (--discard-pending)", service.pending_changes)
+        return
+    n = service.pending_changes
+    done = service.commit()
+    logger.info("shutting down: %d pending changes committed (generation %s)", n, done["generation"])
 
 
 def _log_failure(task: asyncio.Future) -> None:

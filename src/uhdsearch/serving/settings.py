@@ -30,6 +30,7 @@ class ServeSettings:
         queue_timeout_s: the longest a request waits for a worker (then 503 with Retry-After); work that has
             started is never cut off: it runs to completion and holds its worker.
         body_timeout_s: the longest a request body may take to arrive (then 408).
+        commit_at_shutdown: a graceful shutdown commits the changes still pending (False: drops them).
         encode_batch, encode_wait_s: concurrent requests' queries are encoded together (batching.py): a batch
             gathers for up to `encode_wait_s`, and on while it waits for a worker, up to `encode_batch` queries.
     """
@@ -51,6 +52,7 @@ class ServeSettings:
     body_timeout_s: float = 10.0
     encode_batch: int = 32
     encode_wait_s: float = 0.003
+    commit_at_shutdown: bool = True
     snippet_chars: int = 240
     api_key: ApiKey | str | None = field(default=None, repr=False)
     loopback: bool = True
