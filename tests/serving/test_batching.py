@@ -88,7 +88,7 @@ def test_an_error_in_one_request_does_not_fail_the_others(served, served_encoder
         requests = [{"params": {"q": q, "k": 10, "scoring": "weighted"}} for q in QUERIES[:4]]
         requests.insert(2, {"params": {"q": "boom goes the query", "k": 10}})
         answers = _concurrently(client, requests)
-        sizes = client.app.state.batcher.sizes
+        sizes = list(client.app.state.batcher.sizes)
     assert [r.status_code for r in answers] == [200, 200, 422, 200, 200]
     assert "boom" in answers[2].json()["error"]
     assert sizes[0] == 5 and sorted(sizes[1:]) == [1] * 5  # the batch failed; each request then alone

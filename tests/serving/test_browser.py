@@ -24,6 +24,7 @@ pytestmark = [
                               "(scripts/setup.sh does, as root)"),
 ]
 QUERY = "vitamin d deficiency and bone density"
+XSS = ' <img src=x onerror="document.title=\'xss\'">'
 
 
 def browser():
@@ -67,14 +68,25 @@ def drive_page(driver, base: str, query: str, compare: bool, screenshot: Path | 
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(screenshot))
+    titles = [t.text for t in driver.find_elements(By.CSS_SELECTOR, "#results li.hit .title")]
+    injected = driver.find_elements(By.CSS_SELECTOR, "#results img, #bm25-results img")
     console = [entry["message"] for entry in driver.get_log("browser")]
-    return {"hits": hits, "bm25": bm25, "dims": dims, "query_tokens": tokens, "bars": bars, "console": console}
+    return {"hits": hits, "bm25": bm25, "dims": dims, "query_tokens": tokens, "bars": bars, "console": console,
+            "titles": titles, "injected": len(injected), "page_title": driver.title}
 
 
 @pytest.fixture(scope="module")
-def server(served):
+def server(served, tmp_path_factory):
+    import json
+
+    # Every title ends in markup that would run script if the page inserted it as HTML.
+    corpus = tmp_path_factory.mktemp("xss") / "corpus.jsonl"
+    with open(served / "corpus.jsonl", encoding="utf-8") as source, open(corpus, "w", encoding="utf-8") as out:
+        for line in source:
+            row = json.loads(line)
+            out.write(json.dumps({**row, "title": row["title"] + XSS}) + "\n")
     port = free_port()
-    process = start_server(served / "index", served / "model", port, "--data", str(served / "corpus.jsonl"),
+    process = start_server(served / "index", served / "model", port, "--data", str(corpus),
                            "--bm25", "--typical-sample", "40")
     base = f"http://127.0.0.1:{port}"
     try:
@@ -104,6 +116,9 @@ def test_the_page_shows_the_api_ranking_and_its_explanation(server, tmp_path):
     # The page runs under the CSP (default-src 'self'): nothing refused, the bars' widths (set by script) applied.
     assert not [m for m in shown["console"] if "Content Security Policy" in m], shown["console"]
     assert max(shown["bars"]) == 60
+    # Titles with markup show as text: no element made of them, no script run.
+    assert shown["titles"] and all(t.endswith(XSS.strip()) for t in shown["titles"])
+    assert shown["injected"] == 0 and shown["page_title"] == "uhdsearch"
     assert "default-src 'self'" in httpx.get(f"{base}/").headers["content-security-policy"]
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
+from uhdsearch.serving.admission import Busy
 from uhdsearch.sparse import SparseEncoding
 
 Rows = dict[str, SparseEncoding]  # text -> its one-row raw encoding
@@ -68,7 +70,7 @@ class QueryBatcher:
         self.max_wait_s = max_wait_s
         self._open: _Batch | None = None
         self._tasks: set[asyncio.Task] = set()  # referenced until done
-        self.sizes: list[int] = []  # texts per encoding call (tests, metrics)
+        self.sizes: deque[int] = deque(maxlen=1024)  # texts per encoding call, the latest (tests)
 
     async def encode(self, texts: Sequence[str]) -> Rows:
         """Each distinct non-empty text's raw encoding, encoded together with other requests' texts."""
@@ -110,8 +112,9 @@ class QueryBatcher:
             requests = batch.close()
             if self._open is batch:
                 self._open = None
-            if len(requests) == 1:
-                _settle(requests[0][1], exception=exc)
+            if len(requests) == 1 or isinstance(exc, Busy):  # nobody's fault but the load's: 503 for all
+                for _, future in requests:
+                    _settle(future, exception=exc)
                 return
             for texts, future in requests:  # alone, so that an error is its own request's
                 try:
