@@ -65,7 +65,7 @@ def alone(served, served_encoder):
 
 def test_concurrent_requests_get_the_hits_they_get_alone(served, served_encoder, alone):
     service = SearchService.open(served_encoder, served / "index", None)
-    with _client(service, workers=1, encode_wait_s=0.2) as client:
+    with _client(service, workers=1, encode_wait_s=1.0) as client:  # long: all join, on loaded cores too
         requests = [{"params": {"q": q, "k": 10, "scoring": "weighted"}} for q in QUERIES]
         requests.append({"json": {"queries": [{"query_id": "a", "text": QUERIES[0]},
                                               {"query_id": "b", "text": QUERIES[1]}], "k": 10,
@@ -84,7 +84,7 @@ def test_concurrent_requests_get_the_hits_they_get_alone(served, served_encoder,
 def test_an_error_in_one_request_does_not_fail_the_others(served, served_encoder, alone):
     service = SearchService.open(served_encoder, served / "index", None)
     service.query_encoder = Refusing(served_encoder)
-    with _client(service, workers=1, encode_wait_s=0.2) as client:
+    with _client(service, workers=1, encode_wait_s=1.0) as client:  # long: all join, on loaded cores too
         requests = [{"params": {"q": q, "k": 10, "scoring": "weighted"}} for q in QUERIES[:4]]
         requests.insert(2, {"params": {"q": "boom goes the query", "k": 10}})
         answers = _concurrently(client, requests)

@@ -53,6 +53,12 @@ class ApiKey:
     def __reduce__(self):
         raise TypeError("an ApiKey is not pickled (it would leave the process)")
 
+    def __copy__(self) -> ApiKey:
+        return self
+
+    def __deepcopy__(self, memo) -> ApiKey:  # dataclasses.asdict(settings) keeps the same hidden key
+        return self
+
 
 def resolve_api_key(index_dir: Path, api_key: str | None, api_key_file: Path | None,
                     environ: dict[str, str] | None = None) -> tuple[ApiKey, Path | None]:
