@@ -9,8 +9,11 @@ when it is ready, after the warm-up and at the end of the load.
 
     .venv/bin/python benchmarks/serve_load.py                  # both runs, settings from configs/serve_load.toml
     .venv/bin/python benchmarks/serve_load.py --duration 5 --users 5 --out /tmp/smoke.json
+    # before and after in one run: each run first with the server code of another checkout's src/
+    .venv/bin/python benchmarks/serve_load.py --baseline-src /tmp/old/src --runs static
 
-Prints a table and writes benchmarks/results/serve_load.json.
+Writes go with the key in UHDSEARCH_API_KEY (the server's environment). Prints a table and writes
+benchmarks/results/serve_load.json.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from settings import comma_list, parse_args, record  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 OUT_JSON = ROOT / "benchmarks" / "results" / "serve_load.json"
 COPIES = 4
+API_KEY = "serve-load-benchmark"  # the server's UHDSEARCH_API_KEY; the writer sends it
 SHARED: dict = {}  # what the users of a run read: queries, explain pairs, the writer's batches
 
 
@@ -85,11 +89,12 @@ class Writer(FastHttpUser):
         documents = [{"doc_id": f"{prefix}{i}", "title": title, "text": text} for i in range(COPIES)]
         batch = {"prefix": prefix, "text": f"{title} {text}"[:500]}
         SHARED["batches"].append(batch)  # searched before, during and after its commit: 0 or 4, never 1-3
-        self.client.post("/documents", json={"documents": documents}, name="/documents (add)")
+        key = {"X-API-Key": API_KEY}
+        self.client.post("/documents", json={"documents": documents}, headers=key, name="/documents (add)")
         if number % 3 == 0:  # delete a whole earlier batch in the same commit
             for i in range(COPIES):
-                self.client.delete(f"/documents/w{number - 2}-{i}", name="/documents (delete)")
-        self.client.post("/commit", name="/commit")
+                self.client.delete(f"/documents/w{number - 2}-{i}", headers=key, name="/documents (delete)")
+        self.client.post("/commit", headers=key, name="/commit")
         time.sleep(SHARED["writer_pause"])
 
 
@@ -100,8 +105,9 @@ def free_port() -> int:
 
 
 def start_server(index_dir: Path, model: Path, data: Path | None, port: int, typical_sample: int,
-                 serve_options: list[str], log_file: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+                 serve_options: list[str], log_file: Path, src: Path = ROOT / "src") -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "UHDSEARCH_API_KEY": API_KEY}
     command = [sys.executable, "-m", "uhdsearch.cli.main", "--quiet", "serve", str(index_dir), "--model", str(model),
                "--port", str(port), "--typical-sample", str(typical_sample), *serve_options]
     if data is not None:
@@ -167,15 +173,16 @@ def texts_for(index_dir: Path, path: Path) -> Path:
     return path
 
 
-def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[str], writer: bool) -> dict:
+def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[str], writer: bool,
+            src: Path = ROOT / "src") -> dict:
     import requests
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
-    log_file = ROOT / args.work_dir / f"server-{'writer' if writer else 'static'}.log"
+    log_file = ROOT / args.work_dir / f"server-{'writer' if writer else 'static'}-{len(name)}.log"
     process = start_server(index_dir, ROOT / args.model, data, port, args.typical_sample, args.serve_options,
-                           log_file)
+                           log_file, src)
     try:
         wait_ready(base, process, log_file)
         log(f"{name}: server ready after {time.perf_counter() - started:.0f} s")
@@ -211,6 +218,7 @@ def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[s
         health = requests.get(f"{base}/health").json()
         result = summarize(name, env, rss_start, rss_end, health, writer)
         result["rss_ready_mb"] = round(rss_ready / 2**20, 1)
+        result["server_src"] = str(src)
         return result
     finally:
         stopping = time.perf_counter()
@@ -246,14 +254,31 @@ def summarize(name: str, env, rss_start: int, rss_end: int, health: dict, writer
 
 
 def table(runs: list[dict]) -> str:
-    lines = [f"{'run':34s} {'endpoint':24s} {'requests':>8s} {'fail':>5s} {'rps':>7s} {'p50 ms':>7s} {'p99 ms':>7s}"]
+    lines = [f"{'run':42s} {'endpoint':24s} {'requests':>8s} {'fail':>5s} {'rps':>7s} {'p50 ms':>7s} {'p99 ms':>7s}"]
     for run in runs:
         for endpoint, e in {**run["endpoints"], "all": run["total"]}.items():
-            lines.append(f"{run['name']:34s} {endpoint:24s} {e['requests']:8d} {e['failures']:5d} {e['rps']:7.1f} "
+            lines.append(f"{run['name']:42s} {endpoint:24s} {e['requests']:8d} {e['failures']:5d} {e['rps']:7.1f} "
                          f"{e['p50_ms']:7.0f} {e['p99_ms']:7.0f}")
-        lines.append(f"{run['name']:34s} RSS {run['rss_start_mb']:.0f} MB -> {run['rss_end_mb']:.0f} MB "
+        lines.append(f"{run['name']:42s} RSS {run['rss_start_mb']:.0f} MB -> {run['rss_end_mb']:.0f} MB "
                      f"({100 * run['rss_growth']:+.1f} %)")
     return "\n".join(lines)
+
+
+def cpu_model() -> dict:
+    """The CPU's name and the vector extensions the encoder and kernels can use."""
+    found = {"name": platform.processor() or "unknown", "vector_flags": []}
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        if line.startswith("model name"):
+            found["name"] = line.split(":", 1)[1].strip()
+        elif line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            found["vector_flags"] = sorted(f for f in flags if f.startswith(("avx", "sse4", "fma", "amx")))
+            break
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -273,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--serve-options", dest="serve_options", type=lambda s: s.split(),
                         help="extra `uhdsearch serve` options, space-separated, e.g. '--onnx --workers 2'")
     parser.add_argument("--runs", default="static,writer", help="which runs: static, writer or both")
+    parser.add_argument("--baseline-src", dest="baseline_src", type=Path,
+                        help="run each run first with the server code of this src/ directory (before vs after)")
+    parser.add_argument("--label", default="", help="what differs from the configured benchmark (a reduced run)")
     parser.add_argument("--out", type=Path, default=OUT_JSON)
     return parser
 
@@ -287,16 +315,21 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()
     runs = []
     wanted = args.runs.split(",")
-    if "static" in wanted:
-        texts = texts_for(ROOT / args.static_index, ROOT / args.work_dir / "texts-static.jsonl")
-        runs.append(one_run("100k static, search+explain", ROOT / args.static_index, texts, args, queries, False))
-    if "writer" in wanted:
-        live = build_live_index(ROOT / args.live_source, ROOT / args.work_dir / "live")
-        n = len(InvertedIndex.load(ROOT / args.live_source).doc_ids)
-        texts = texts_for(ROOT / args.live_source, ROOT / args.work_dir / "texts-live.jsonl")
-        runs.append(one_run(f"{n // 1000}k segmented, + writer", live, texts, args, queries, True))
+    servers = [("before: ", args.baseline_src.resolve()), ("after: ", ROOT / "src")] if args.baseline_src else \
+        [("", ROOT / "src")]
+    for prefix, src in servers:
+        if "static" in wanted:
+            texts = texts_for(ROOT / args.static_index, ROOT / args.work_dir / "texts-static.jsonl")
+            runs.append(one_run(f"{prefix}100k static, search+explain", ROOT / args.static_index, texts, args,
+                                queries, False, src))
+        if "writer" in wanted:
+            live = build_live_index(ROOT / args.live_source, ROOT / args.work_dir / "live")
+            n = len(InvertedIndex.load(ROOT / args.live_source).doc_ids)
+            texts = texts_for(ROOT / args.live_source, ROOT / args.work_dir / "texts-live.jsonl")
+            runs.append(one_run(f"{prefix}{n // 1000}k segmented, + writer", live, texts, args, queries, True, src))
     print(table(runs))
-    result = {"runs": runs, "cpu_count": os.cpu_count(), "load_average_before": load_before,
+    result = {"runs": runs, "label": args.label, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+              "cpu_affinity": len(os.sched_getaffinity(0)), "load_average_before": load_before,
               "load_average_after": os.getloadavg(),
               "platform": platform.platform(), "command": " ".join(sys.argv), **record(config, settings)}
     args.out.parent.mkdir(parents=True, exist_ok=True)

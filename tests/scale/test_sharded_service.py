@@ -29,7 +29,7 @@ def static_index(tmp_path_factory, tiny_encoder_session, mini_data, mini_encodin
 def _answers(service, queries=QUERIES, ks=(1, 10, 400), scorings=("binary", "weighted")) -> list:
     out = []
     # generous timeout: each shard actor compiles its kernels on first use, slow on a busy 2-core machine
-    with TestClient(create_app(service, ServeSettings(request_timeout_s=600))) as client:
+    with TestClient(create_app(service, ServeSettings(queue_timeout_s=600)), base_url="http://localhost") as client:
         for q in queries:
             for k in ks:
                 for scoring in scorings:
@@ -53,7 +53,8 @@ def test_sharded_service_answers_as_the_unsharded_one(ray_cluster, tiny_encoder_
         assert len(expected) == len(got) == len(QUERIES) * 7
         assert got == expected
         assert sum(len(a) for a in expected if isinstance(a, list)) > 0
-        with TestClient(create_app(sharded)) as client:  # read-only: writes refused with the reason
+        # read-only: writes refused with the reason
+        with TestClient(create_app(sharded), base_url="http://localhost") as client:
             response = client.post("/commit")
             assert response.status_code == 405 and "read-only shards" in response.json()["error"]
     finally:

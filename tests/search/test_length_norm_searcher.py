@@ -90,7 +90,7 @@ def test_the_cli_and_the_service_take_it(cli, saved_model_and_index):
         code, _, err = cli(base + ["--length-norm", bad])
         assert code == 2 and f"--length-norm '{bad}'" in err
     service = SearchService.open(model, root / "index", {d: Document(d, "") for d in index.doc_ids})
-    with TestClient(create_app(service, ServeSettings())) as client:
+    with TestClient(create_app(service, ServeSettings()), base_url="http://localhost") as client:
         for params, alpha in (({}, 0.3), ({"length_norm": "none"}, None), ({"length_norm": "1"}, 1.0)):
             response = client.get("/search", params={"q": query, "k": 5, **params})
             assert response.status_code == 200, response.text

@@ -39,3 +39,19 @@ def segmented(tmp_path, served, mini_data, mini_encoding, tiny_encoder_session):
         index.add(mini_encoding[:300], ids)
         index.commit()
     return tmp_path / "live"
+
+
+@pytest.fixture
+def live(segmented, served_encoder, mini_data):
+    """A TestClient of the service over `segmented` with the texts of its documents; the write key is s3cret."""
+    from fastapi.testclient import TestClient
+
+    from uhdsearch.serving.app import create_app
+    from uhdsearch.serving.service import SearchService
+    from uhdsearch.serving.settings import ServeSettings
+
+    corpus = {d: mini_data.corpus[d] for d in list(mini_data.corpus)[:300]}
+    app = create_app(SearchService.open(served_encoder, segmented, corpus), ServeSettings(api_key="s3cret"))
+    with TestClient(app, base_url="http://localhost") as client:
+        assert app.state.ready.wait(120)
+        yield client

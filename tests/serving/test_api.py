@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("fastapi")
@@ -29,7 +30,7 @@ def client(served, served_encoder, corpus):
     service = SearchService.open(served_encoder, served / "index", corpus, bm25=BM25Retriever.build(corpus),
                                  typical_sample=40)
     app = create_app(service, ServeSettings(max_k=50, max_batch=4, max_query_chars=500, max_body_bytes=4000))
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://localhost") as c:
         assert app.state.ready.wait(120)
         yield c
 
@@ -192,11 +193,13 @@ def test_settings_refuse_bad_limits_and_check_the_token():
         ServeSettings(max_k=0)
     assert [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "10.1.2.3")] == [
         True, True, True, False, False]
-    assert ServeSettings().write_refusal(None) is None
-    assert ServeSettings(loopback=False).write_refusal(None)[0] == 403
+    assert ServeSettings().write_refusal(None)[0] == 403  # no key: writes are off, on loopback too
+    assert ServeSettings(loopback=False).write_refusal("anything")[0] == 403
     keyed = ServeSettings(api_key="s3cret")
     assert keyed.write_refusal(None)[0] == 401 and keyed.write_refusal("s3cre")[0] == 401
     assert keyed.write_refusal("s3cret") is None
+    assert "s3cret" not in repr(keyed) and "s3cret" not in str(keyed.api_key) and "s3cret" not in repr(keyed.api_key)
+    assert all("s3cret" not in message for _, message in (keyed.write_refusal(None), keyed.write_refusal("x")))
     json.dumps(ServeSettings().__dict__)  # plain values, loggable
 
 
@@ -222,7 +225,7 @@ def test_at_most_workers_requests_encode_or_search_at_once(served, served_encode
                 running[0] -= 1
 
     service.search = counted
-    with TestClient(create_app(service, ServeSettings(workers=workers))) as c:
+    with TestClient(create_app(service, ServeSettings(workers=workers)), base_url="http://localhost") as c:
         with ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(lambda i: c.get("/search", params={"q": f"{QUERY} {i}"}).status_code,
                                      range(8)))
@@ -235,3 +238,23 @@ def test_workers_must_be_positive():
 
     with pytest.raises(UsageError, match="workers=0"):
         ServeSettings(workers=0)
+
+
+def test_explain_token_lists_are_the_same_through_onnx_runtime(served, corpus):
+    pytest.importorskip("onnxruntime")
+    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.serving.explain import token_winners
+
+    encoder = UHDEncoder.from_pretrained(served / "model")
+    texts = [QUERY, next(iter(corpus.values())).full_text]
+    plain = token_winners(encoder, texts, "document")
+    encoder.use_onnx_runtime(threads=1)
+    fast = token_winners(encoder, texts, "document")
+    import torch
+
+    with torch.inference_mode():
+        assert encoder._backbone_runner() is not encoder.backbone  # what token_winners ran: the ONNX session
+    for mine, theirs in zip(plain, fast):
+        for a, b in zip(mine, theirs):
+            assert a.tokens == b.tokens and (a.dims == b.dims).mean() > 0.99
+            assert np.allclose(a.values, b.values, atol=1e-4)

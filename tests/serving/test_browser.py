@@ -2,12 +2,8 @@
 chromium-driver, installed by scripts/setup.sh), checked against the JSON API; then SIGTERM."""
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +12,7 @@ import pytest
 
 pytest.importorskip("selenium")
 httpx = pytest.importorskip("httpx")
+from server_process import free_port, start_server, wait_ready  # noqa: E402
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
                  if p and Path(p).is_file()), None)
@@ -27,34 +24,7 @@ pytestmark = [
                               "(scripts/setup.sh does, as root)"),
 ]
 QUERY = "vitamin d deficiency and bone density"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(index_dir: Path, model_dir: Path, data: Path, port: int, *extra: str) -> subprocess.Popen:
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    command = [sys.executable, "-m", "uhdsearch.cli.main", "serve", str(index_dir), "--model", str(model_dir),
-               "--data", str(data), "--bm25", "--port", str(port), *extra]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_ready(base: str, process: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.stdout.read()}")
-        try:
-            if httpx.get(f"{base}/ready", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{base} not ready after {timeout} s")
+XSS = ' <img src=x onerror="document.title=\'xss\'">'
 
 
 def browser():
@@ -65,6 +35,7 @@ def browser():
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console: CSP violations show there
     return webdriver.Chrome(service=Service(DRIVER), options=options)
 
 
@@ -93,17 +64,30 @@ def drive_page(driver, base: str, query: str, compare: bool, screenshot: Path | 
                                                       for tr in table.find_elements(By.CSS_SELECTOR, "tr.dim")]
             for table in first.find_elements(By.CSS_SELECTOR, ".explain table.dims")}
     tokens = [td.text for td in first.find_elements(By.CSS_SELECTOR, ".explain tr.dim td:nth-child(3)")]
+    bars = [bar.size["width"] for bar in first.find_elements(By.CSS_SELECTOR, ".explain .bar")]
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(screenshot))
-    return {"hits": hits, "bm25": bm25, "dims": dims, "query_tokens": tokens}
+    titles = [t.text for t in driver.find_elements(By.CSS_SELECTOR, "#results li.hit .title")]
+    injected = driver.find_elements(By.CSS_SELECTOR, "#results img, #bm25-results img")
+    console = [entry["message"] for entry in driver.get_log("browser")]
+    return {"hits": hits, "bm25": bm25, "dims": dims, "query_tokens": tokens, "bars": bars, "console": console,
+            "titles": titles, "injected": len(injected), "page_title": driver.title}
 
 
 @pytest.fixture(scope="module")
-def server(served):
+def server(served, tmp_path_factory):
+    import json
+
+    # Every title ends in markup that would run script if the page inserted it as HTML.
+    corpus = tmp_path_factory.mktemp("xss") / "corpus.jsonl"
+    with open(served / "corpus.jsonl", encoding="utf-8") as source, open(corpus, "w", encoding="utf-8") as out:
+        for line in source:
+            row = json.loads(line)
+            out.write(json.dumps({**row, "title": row["title"] + XSS}) + "\n")
     port = free_port()
-    process = start_server(served / "index", served / "model", served / "corpus.jsonl", port,
-                           "--typical-sample", "40")
+    process = start_server(served / "index", served / "model", port, "--data", str(corpus),
+                           "--bm25", "--typical-sample", "40")
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(base, process)
@@ -129,6 +113,13 @@ def test_the_page_shows_the_api_ranking_and_its_explanation(server, tmp_path):
     assert shown["dims"] == {b["bucket"]: [d["dim"] for d in b["dims"]] for b in explained["buckets"]}
     assert sum(map(len, shown["dims"].values())) > 0 and all(shown["query_tokens"])
     assert (tmp_path / "serve.png").stat().st_size > 10_000
+    # The page runs under the CSP (default-src 'self'): nothing refused, the bars' widths (set by script) applied.
+    assert not [m for m in shown["console"] if "Content Security Policy" in m], shown["console"]
+    assert max(shown["bars"]) == 60
+    # Titles with markup show as text: no element made of them, no script run.
+    assert shown["titles"] and all(t.endswith(XSS.strip()) for t in shown["titles"])
+    assert shown["injected"] == 0 and shown["page_title"] == "uhdsearch"
+    assert "default-src 'self'" in httpx.get(f"{base}/").headers["content-security-policy"]
 
 
 def test_sigterm_finishes_the_request_in_flight(server):

@@ -13,15 +13,6 @@ from uhdsearch.serving.settings import ServeSettings  # noqa: E402
 KEY = {"Authorization": "Bearer s3cret"}
 
 
-@pytest.fixture
-def live(segmented, served_encoder, mini_data):
-    corpus = {d: mini_data.corpus[d] for d in list(mini_data.corpus)[:300]}
-    app = create_app(SearchService.open(served_encoder, segmented, corpus), ServeSettings(api_key="s3cret"))
-    with TestClient(app) as client:
-        assert app.state.ready.wait(120)
-        yield client
-
-
 def _new(mini_data, n=3):
     return [{"doc_id": d.doc_id, "title": d.title, "text": d.text} for d in list(mini_data.corpus.values())[-n:]]
 
@@ -34,7 +25,8 @@ def _state(client):
 def test_added_documents_appear_only_at_commit(live, mini_data, segmented, served_encoder):
     new = _new(mini_data)
     query = new[0]["title"]
-    assert live.post("/documents", json={"documents": new}, headers=KEY).json() == {"added": 3, "pending": 3}
+    added = live.post("/documents", json={"documents": new}, headers=KEY).json()
+    assert added["added"] == 3 and added["pending_changes"] == 3 and added["committed"] is False
     before = live.get("/search", params={"q": query, "k": 400}).json()
     assert new[0]["doc_id"] not in [h["doc_id"] for h in before["results"][0]["hits"]]
     assert live.get(f"/documents/{new[0]['doc_id']}").status_code == 404
@@ -107,15 +99,64 @@ def test_an_index_another_process_writes_is_locked(segmented, served_encoder, mi
 
     with SegmentedIndex.open(segmented, writable=True):
         app = create_app(SearchService.open(served_encoder, segmented, None))
-        with TestClient(app) as client:
+        with TestClient(app, base_url="http://localhost") as client:
             response = client.post("/documents", json={"documents": _new(mini_data, 1)})
             assert response.status_code == 423 and "locked" in response.json()["error"]
             assert client.get("/search", params={"q": "vitamin", "k": 3}).status_code == 200
 
 
-def test_beyond_loopback_writes_need_a_key(segmented, served_encoder, mini_data):
-    app = create_app(SearchService.open(served_encoder, segmented, None), ServeSettings(loopback=False))
-    with TestClient(app) as client:
+@pytest.mark.parametrize("loopback", [True, False])
+def test_without_a_key_writes_are_off(segmented, served_encoder, mini_data, loopback):
+    app = create_app(SearchService.open(served_encoder, segmented, None), ServeSettings(loopback=loopback))
+    with TestClient(app, base_url="http://localhost") as client:
         response = client.post("/documents", json={"documents": _new(mini_data, 1)})
-        assert response.status_code == 403 and "--api-key" in response.json()["error"]
+        assert response.status_code == 403 and "no API key" in response.json()["error"]
         assert client.get("/health").json()["writes"] is False
+
+
+def test_writes_say_they_are_pending_and_health_and_metrics_count_them(live, mini_data):
+    new = _new(mini_data, 2)
+    generation = live.get("/health").json()["generation"]
+    added = live.post("/documents", json={"documents": new}, headers=KEY).json()
+    assert added["committed"] is False and "POST /commit" in added["note"] and added["generation"] == generation
+    deleted = live.delete(f"/documents/{list(mini_data.corpus)[0]}", headers=KEY).json()
+    assert deleted["committed"] is False and deleted["pending_changes"] == 3
+    health = live.get("/health").json()
+    assert health["pending_changes"] == 3 and health["n_segments"] == 1
+    assert "uhdsearch_pending_changes 3.0" in live.get("/metrics").text
+    live.post("/commit", headers=KEY)
+    health = live.get("/health").json()
+    assert health["pending_changes"] == 0 and health["n_segments"] == 2 and health["n_documents"] == 301
+    text = live.get("/metrics").text
+    assert "uhdsearch_pending_changes 0.0" in text and "uhdsearch_index_segments 2.0" in text
+
+
+def test_commit_true_commits_in_the_same_call(live, mini_data):
+    new = _new(mini_data, 1)[0]
+    added = live.post("/documents", params={"commit": "true"}, json={"documents": [new]}, headers=KEY).json()
+    assert added["committed"] is True and added["pending_changes"] == 0 and "note" not in added
+    hits = live.get("/search", params={"q": new["title"], "k": 3}).json()
+    assert hits["generation"] == added["generation"] and hits["results"][0]["hits"][0]["doc_id"] == new["doc_id"]
+    gone = live.delete(f"/documents/{new['doc_id']}", params={"commit": "true"}, headers=KEY).json()
+    assert gone["committed"] is True and gone["generation"] > added["generation"]
+    assert live.get(f"/documents/{new['doc_id']}").status_code == 404
+    assert live.get("/health").json()["pending_changes"] == 0
+
+
+def test_a_torn_store_tail_is_cut_by_the_writer_and_loses_no_later_text(segmented, served_encoder, mini_data):
+    from uhdsearch.serving.documents import ADDED_FILE
+
+    store = segmented / ADDED_FILE
+    whole = '{"_id": "old", "title": "Old", "text": "kept"}\n'
+    store.write_text(whole + '{"_id": "torn", "title": "cut sho', encoding="utf-8")  # killed mid-append
+    reader = SearchService.open(served_encoder, segmented, None, writable=False)
+    assert store.read_text(encoding="utf-8").endswith("cut sho")  # a reader never cuts what a writer may append
+    assert reader.documents.get("old").text == "kept" and reader.documents.get("torn") is None
+    app = create_app(SearchService.open(served_encoder, segmented, None), ServeSettings(api_key="s3cret"))
+    assert store.read_text(encoding="utf-8") == whole
+    new = _new(mini_data, 1)
+    with TestClient(app, base_url="http://localhost") as client:
+        client.post("/documents", params={"commit": "true"}, json={"documents": new}, headers=KEY)
+    again = SearchService.open(served_encoder, segmented, None, writable=False)
+    assert again.document(new[0]["doc_id"]).text == new[0]["text"]
+    assert again.documents.get("old").text == "kept"

@@ -170,7 +170,7 @@ def test_http_requests_choose_the_cascade(saved_model_and_index):
         run = Searcher(model, index, cascade=cascade).search({"q1": query}, 8)
         return [h.doc_id for h in run["q1"]]
 
-    with TestClient(create_app(service, ServeSettings())) as client:
+    with TestClient(create_app(service, ServeSettings()), base_url="http://localhost") as client:
         def got(method, **params):
             if method == "get":
                 response = client.get("/search", params={"q": query, "k": 8, **params})

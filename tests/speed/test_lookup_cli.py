@@ -121,7 +121,7 @@ def test_serve_lookup_ranks_queries_with_the_table_and_refuses_what_it_cannot(bu
     assert code == 0, err
     service = open_service(root / "index", root / "model", scifact_mini_dir, False, False, 0, lookup=True)
     table = LookupEncoder.load(root / "model", model)
-    with TestClient(create_app(service, ServeSettings())) as client:
+    with TestClient(create_app(service, ServeSettings()), base_url="http://localhost") as client:
         hits = client.get("/search", params={"q": QUERY, "k": 5}).json()["results"][0]["hits"]
     assert [h["doc_id"] for h in hits] == Searcher(table, index).search({"q1": QUERY}, k=5).doc_ids("q1")
     assert [h["doc_id"] for h in hits] != Searcher(model, index).search({"q1": QUERY}, k=5).doc_ids("q1")

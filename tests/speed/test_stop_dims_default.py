@@ -106,7 +106,7 @@ def test_http_requests_choose_the_threshold(model, tmp_path):
         run = Searcher(model, index, max_df=max_df).search({"q1": QUERY}, 10)
         return [(h.doc_id, round(h.score, 4)) for h in run["q1"]]
 
-    with TestClient(create_app(service, ServeSettings())) as client:
+    with TestClient(create_app(service, ServeSettings()), base_url="http://localhost") as client:
         def got(**params):
             response = client.get("/search", params={"q": QUERY, "k": 10, **params})
             assert response.status_code == 200, response.text

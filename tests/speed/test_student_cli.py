@@ -58,7 +58,7 @@ def test_serve_with_a_student_answers_with_its_ranking(built, scifact_mini_dir, 
     root, model, index, path = built
     service = open_service(root / "index", root / "model", scifact_mini_dir, False, False, 0, student=path)
     encoder = StudentQueryEncoder(model, QueryStudent.load(path, model.backbone))
-    with TestClient(create_app(service, ServeSettings())) as client:
+    with TestClient(create_app(service, ServeSettings()), base_url="http://localhost") as client:
         hits = client.get("/search", params={"q": QUERY, "k": 5}).json()["results"][0]["hits"]
     assert [h["doc_id"] for h in hits] == Searcher(encoder, index).search({"q1": QUERY}, k=5).doc_ids("q1")
     assert [h["doc_id"] for h in hits] != Searcher(model, index).search({"q1": QUERY}, k=5).doc_ids("q1")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -18,23 +19,36 @@ def serve(
     model: Path = typer.Option(..., "--model", help="The model directory that built the index."),
     data: Optional[Path] = typer.Option(None, "--data", help="BEIR directory or corpus.jsonl with the documents' "
                                         "titles and texts (hits, /documents and the document side of /explain)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; beyond loopback, writes need "
-                             "--api-key."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; on loopback, requests must name "
+                             "a loopback Host."),
     port: int = typer.Option(8000, "--port"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="UHDSEARCH_API_KEY",
-                                          help="Token for POST/DELETE /documents and POST /commit "
-                                               "(or UHDSEARCH_API_KEY)."),
+    api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", help="A file holding the token that "
+                                                "POST/DELETE /documents and POST /commit need. Else "
+                                                "UHDSEARCH_API_KEY, else a new token written to "
+                                                "INDEX_DIR/serve-api-key (mode 0600) and printed once."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="The token on the command line (warns: "
+                                          "visible in ps); prefer --api-key-file or UHDSEARCH_API_KEY."),
     bm25: bool = typer.Option(False, "--bm25", help="Build a BM25 index of --data for the page's side-by-side "
                               "comparison (/search?system=bm25)."),
-    read_only: bool = typer.Option(False, "--read-only", help="Never take the segmented index's write lock."),
+    discard_pending: bool = typer.Option(False, "--discard-pending", help="At shutdown, drop the added and "
+                                         "deleted documents not yet committed (default: commit them)."),
+    read_only: bool = typer.Option(False, "--read-only", help="No writes: never take the segmented index's write "
+                                   "lock, no API key."),
     typical_sample: int = typer.Option(300, "--typical-sample", help="Documents of --data sampled (in the "
                                        "background) for each dimension's typical tokens; 0: off."),
     max_k: int = typer.Option(1000, "--max-k"),
     max_batch: int = typer.Option(64, "--max-batch", help="Queries per POST /search."),
     max_query_chars: int = typer.Option(2000, "--max-query-chars"),
     max_body_bytes: int = typer.Option(1_048_576, "--max-body-bytes"),
-    request_timeout: float = typer.Option(30.0, "--request-timeout", help="Seconds before a request gets 503; "
-                                          "also the grace period for in-flight requests at SIGTERM."),
+    queue_timeout: float = typer.Option(10.0, "--queue-timeout", help="Seconds a request may wait for a worker "
+                                        "before it gets 503 with Retry-After; work that has started always "
+                                        "runs to completion."),
+    max_queue: int = typer.Option(64, "--max-queue", help="Requests waiting for a worker; beyond, 503 with "
+                                  "Retry-After at once."),
+    encode_batch: int = typer.Option(32, "--encode-batch", help="Queries of concurrent requests encoded in one "
+                                     "call, at most; 1: each request alone."),
+    encode_wait_ms: float = typer.Option(3.0, "--encode-wait-ms", help="How long a batch of queries waits for "
+                                         "more before it queues for a worker."),
     workers: int = typer.Option(0, "--workers", help="Requests encoding or searching at once (the rest queue); "
                                 "0: one per CPU core, each with one torch thread."),
     onnx: bool = typer.Option(False, "--onnx", help="Encode queries with the backbone in ONNX Runtime (~2x "
@@ -68,16 +82,16 @@ def serve(
         raise UsageError(f"--port {port} must be between 1 and 65535")
     loopback = is_loopback(host)
     if not loopback:
-        logger.warning("listening on %s: reachable beyond this machine; %s", host,
-                       "writes need the API key" if api_key else "writes are off (no --api-key)")
+        logger.warning("listening on %s: reachable beyond this machine", host)
     if workers < 0:
         raise UsageError(f"--workers {workers} must be 0 (one per core) or a positive number")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = workers or cores
     torch_threads = max(1, cores // workers)  # workers x threads fits the cores
     settings = ServeSettings(max_query_chars=max_query_chars, max_k=max_k, max_batch=max_batch,
-                             max_body_bytes=max_body_bytes, request_timeout_s=request_timeout, api_key=api_key,
-                             loopback=loopback, workers=workers)
+                             max_body_bytes=max_body_bytes, queue_timeout_s=queue_timeout, max_queue=max_queue,
+                             loopback=loopback, workers=workers, encode_batch=encode_batch,
+                             encode_wait_s=encode_wait_ms / 1000, commit_at_shutdown=not discard_pending)
     if shards < 0:
         raise UsageError(f"--shards {shards} must be 0 (no sharding) or a positive number of shards")
     if (ray_address or shard_dir or replicas != 1) and not shards:
@@ -94,12 +108,27 @@ def serve(
         if shards else None
     service = open_service(index_dir, model, data, bm25, not read_only, typical_sample, sharding,
                            onnx_threads=torch_threads if onnx else None, lookup=lookup, student=student)
+    if service.write_refusal is None:  # writable: never without a key
+        try:
+            settings = replace(settings, api_key=_write_key(index_dir, api_key, api_key_file))
+        except BaseException:
+            service.close()  # the write lock
+            raise
     import torch
 
     torch.set_num_threads(torch_threads)  # only now: option errors must leave the calling process as it was
     app = create_app(service, settings)
-    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=max(1, int(request_timeout)),
-                log_level="info")
+    # At SIGTERM, connections get this long to finish; work already started ends in any case (create_app).
+    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=30, log_level="info")
+
+
+def _write_key(index_dir: Path, api_key: Optional[str], api_key_file: Optional[Path]):
+    from uhdsearch.serving.keys import resolve_api_key
+
+    key, written = resolve_api_key(index_dir, api_key, api_key_file)
+    if written is not None:  # printed once, never logged
+        print(f"writes need this API key (also in {written}, mode 0600): {key.reveal()}", flush=True)
+    return key
 
 
 def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool, writable: bool,

@@ -1,8 +1,8 @@
 """create_app(service, settings) -> FastAPI: the search API, the page at `/`, JSON errors, limits, metrics.
 
-Every error is `{"error": message}` with a 4xx status (5xx only for a bug or a timeout), never a traceback.
+Every error is `{"error": message}` with a 4xx status (5xx only for a bug, or 503 when busy), never a traceback.
 Blocking work (encoding, index search) runs in worker threads, at most `settings.workers` at once, so the event
-loop keeps answering and the cores are not oversubscribed.
+loop keeps answering and the cores are not oversubscribed; admission.py bounds the queue in front of them.
 """
 from __future__ import annotations
 
@@ -12,14 +12,18 @@ import threading
 import time
 from pathlib import Path
 
-import anyio
-from fastapi import FastAPI, Header, Query as Param, Request
+from fastapi import Depends, FastAPI, Query as Param, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from uhdsearch.errors import UhdError
+from uhdsearch.search.searcher import MAX_QUERY_CHARS
+from uhdsearch.serving import limits
+from uhdsearch.serving.admission import Admission, BodyLimit
+from uhdsearch.serving.batching import PreEncoded, QueryBatcher
+from uhdsearch.serving.guards import add_guards, write_guard
 from uhdsearch.serving.metrics import Metrics
 from uhdsearch.serving.schemas import AddRequest, DocumentOut, SearchRequest, SearchResponse
 from uhdsearch.serving.service import SearchOptions, SearchService, ServiceError, Snapshot
@@ -36,7 +40,10 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
 
     settings = settings or ServeSettings()
     metrics = Metrics()
-    service.on_encode = metrics.encode.observe
+    # Searchers encode queries through PreEncoded: rows the batcher encoded with other requests' queries, or
+    # alone. It reports the time of real encodings only.
+    pre_encoded = PreEncoded(service.query_encoder or service.encoder, metrics.encode.observe)
+    service.query_encoder, service.on_encode = pre_encoded, lambda seconds: None
     ready, stopping = threading.Event(), threading.Event()
 
     def warm_up() -> None:
@@ -56,34 +63,41 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     async def lifespan(_: FastAPI):
         if service.typical is not None:
             service.typical.start()
-        threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+        warming = asyncio.ensure_future(admission.run(warm_up, queued=False))  # on a worker: it computes
+        warming.add_done_callback(_log_failure)
         yield
         stopping.set()
+        warming.cancel()  # if it still waits for a worker
+        admission.close()  # work that has started ends before the writer closes
+        _commit_pending(service, settings.commit_at_shutdown)
         service.close()
 
-    app = FastAPI(title="uhdsearch", summary="UHD-BERT sparse retrieval over HTTP", lifespan=lifespan)
+    # No /docs or /redoc: FastAPI's Swagger UI and ReDoc load from a CDN. The schema stays at /openapi.json.
+    app = FastAPI(title="uhdsearch", summary="UHD-BERT sparse retrieval over HTTP", lifespan=lifespan,
+                  docs_url=None, redoc_url=None)
     app.state.service, app.state.settings, app.state.metrics, app.state.ready = service, settings, metrics, ready
-    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s,
+                       refuse=_error)
     app.add_middleware(_Measure, metrics=metrics)
+    add_guards(app, settings)
     _add_error_handlers(app)
+    may_write = Depends(write_guard(settings, lambda: service.write_refusal))
 
-    compute = anyio.CapacityLimiter(settings.workers)
+    admission = Admission(settings.workers, settings.max_queue, settings.queue_timeout_s)
+    app.state.admission = admission
+    blocking = admission.run
+    batcher = QueryBatcher(pre_encoded, blocking, settings.encode_batch, settings.encode_wait_s)
+    app.state.batcher = batcher
 
-    async def blocking(fn, *args):
-        try:
-            return await asyncio.wait_for(anyio.to_thread.run_sync(fn, *args, limiter=compute),
-                                          settings.request_timeout_s)
-        except asyncio.TimeoutError:
-            raise ServiceError(503, f"the request took longer than {settings.request_timeout_s:g} s") from None
+    async def search(queries: list[Query], k: int, options: SearchOptions, candidates=None) -> tuple[Run, Snapshot]:
+        """The queries encoded in a batch with other requests' (batching.py), then searched on a worker."""
+        rows = await batcher.encode([q.text[:MAX_QUERY_CHARS] for q in queries])
 
-    def check_query(text: str, where: str = "q") -> None:
-        if len(text) > settings.max_query_chars:
-            raise ServiceError(422, f"{where}: the query has {len(text)} characters; at most "
-                                    f"{settings.max_query_chars} are allowed")
+        def searching():
+            with pre_encoded.given(rows):
+                return service.search(queries, k, options, candidates)
 
-    def check_k(k: int) -> None:
-        if k > settings.max_k:
-            raise ServiceError(422, f"k={k} is over the limit of {settings.max_k}")
+        return await blocking(searching)
 
     def hits(run: Run, query: Query, snapshot: Snapshot) -> dict:
         found = []
@@ -94,6 +108,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         return {"query_id": query.query_id, "text": query.text, "hits": found}
 
     def respond(system: str, k: int, queries: list[Query], run: Run, snapshot: Snapshot) -> dict:
+        limits.check_scores(run)
         return {"system": system, "k": k, "generation": snapshot.generation,
                 "results": [hits(run, q, snapshot) for q in queries]}
 
@@ -114,32 +129,30 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         length_norm: str = Param("auto", description="binary counts / active dims ** ALPHA: auto, none, or ALPHA"),
     ) -> dict:
         """One query: the top-k documents with title and snippet (system=bm25: the BM25 ranking)."""
-        check_query(q)
-        check_k(k)
+        limits.check_queries([q], k, settings)
         queries = [Query("q1", q)]
         if system == "bm25":
             run = await blocking(service.bm25_search, queries, k)
             return respond("bm25", k, queries, run, service.snapshot)
         options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df),
                                 _cascade(cascade, settings.max_k), _length_norm(length_norm))
-        run, snapshot = await blocking(service.search, queries, k, options)
+        limits.check_options(options.query_k, options.bucket_weights, settings)
+        run, snapshot = await search(queries, k, options)
         return respond("uhd", k, queries, run, snapshot)
 
     @app.post("/search", response_model=SearchResponse)
     async def search_post(body: SearchRequest) -> dict:
         """A batch of queries; with `candidates`, re-rank those doc_ids instead of searching the whole index."""
-        if len(body.queries) > settings.max_batch:
-            raise ServiceError(413, f"{len(body.queries)} queries in one request; at most {settings.max_batch}")
-        for i, q in enumerate(body.queries):
-            check_query(q.text, f"queries[{i}].text")
-        check_k(body.k)
+        limits.check_queries([q.text for q in body.queries], body.k, settings, "queries")
+        limits.check_candidates(body.candidates, settings)
         ids = [q.query_id for q in body.queries]
         if len(set(ids)) != len(ids):
             raise ServiceError(422, "queries: a query_id appears twice")
         queries = [Query(q.query_id, q.text) for q in body.queries]
         options = SearchOptions(body.scoring, body.query_k, body.bucket_weights, _max_df(body.max_df),
                                 _cascade(body.cascade, settings.max_k), _length_norm(body.length_norm))
-        run, snapshot = await blocking(service.search, queries, body.k, options, body.candidates)
+        limits.check_options(options.query_k, options.bucket_weights, settings)
+        run, snapshot = await search(queries, body.k, options, body.candidates)
         return respond("uhd", body.k, queries, run, snapshot)
 
     @app.get("/documents/{doc_id}", response_model=DocumentOut)
@@ -155,43 +168,33 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
                       query_k: int | None = Param(None, ge=0), bucket_weights: str | None = None,
                       max_df: str = Param("auto"), length_norm: str = Param("auto")) -> dict:
         """The latent dimensions query and document share, per bucket: contribution, tokens, typical tokens."""
-        check_query(q)
+        limits.check_queries([q], 1, settings)
         options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df),
                                 length_norm=_length_norm(length_norm))
-        return await blocking(service.explain, q, doc_id, options)
-
-    def authorize(authorization: str | None, x_api_key: str | None) -> None:
-        token = x_api_key
-        if token is None and authorization is not None and authorization.lower().startswith("bearer "):
-            token = authorization[7:].strip()
-        refusal = settings.write_refusal(token)
-        if refusal is not None:
-            raise ServiceError(*refusal)
+        limits.check_options(options.query_k, options.bucket_weights, settings)
+        explained = await blocking(service.explain, q, doc_id, options)
+        limits.check_finite(explained["score"], "the score")
+        return explained
 
     @app.post("/documents")
-    async def add_documents(body: AddRequest, authorization: str | None = Header(None),
-                            x_api_key: str | None = Header(None)) -> dict:
-        """Encode and add documents; searches see them after POST /commit."""
-        authorize(authorization, x_api_key)
-        if len(body.documents) > settings.max_documents_per_add:
-            raise ServiceError(413, f"{len(body.documents)} documents in one request; at most "
-                                    f"{settings.max_documents_per_add}")
+    async def add_documents(body: AddRequest, _: None = may_write, commit: bool = Param(False, description=
+                            "commit in the same call: searches see the documents when it answers")) -> dict:
+        """Encode and add documents; pending (not searched, lost at shutdown) until POST /commit or ?commit=true."""
+        limits.check_documents(body.documents, settings)
         documents = [Document(d.doc_id, d.text, d.title) for d in body.documents]
-        pending = await blocking(service.add, documents, body.replace)
-        return {"added": len(documents), "pending": pending}
+        pending = await blocking(service.add, documents, body.replace, commit)
+        return {"added": len(documents), **_write_state(service, pending, commit)}
 
     @app.delete("/documents/{doc_id}")
-    async def delete_document(doc_id: str, authorization: str | None = Header(None),
-                              x_api_key: str | None = Header(None)) -> dict:
-        """Delete a document; searches stop returning it after POST /commit."""
-        authorize(authorization, x_api_key)
-        await blocking(service.delete, doc_id)
-        return {"deleted": doc_id}
+    async def delete_document(doc_id: str, _: None = may_write, commit: bool = Param(False, description=
+                              "commit in the same call: searches stop returning it when it answers")) -> dict:
+        """Delete a document; searches still return it until POST /commit or ?commit=true."""
+        pending = await blocking(service.delete, doc_id, commit)
+        return {"deleted": doc_id, **_write_state(service, pending, commit)}
 
     @app.post("/commit")
-    async def commit(authorization: str | None = Header(None), x_api_key: str | None = Header(None)) -> dict:
+    async def commit(_: None = may_write) -> dict:
         """Make added and deleted documents durable and visible to searches, all at once."""
-        authorize(authorization, x_api_key)
         done = await blocking(service.commit)
         metrics.documents.set(done["n_documents"])
         return done
@@ -202,8 +205,10 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         return {"status": "ok", "n_documents": snapshot.index.n_documents, "generation": snapshot.generation,
                 "variant": snapshot.index.variant, "n_buckets": snapshot.index.n_buckets,
                 "bm25": service.bm25 is not None, "document_texts": len(service.documents) > 0,
-                "writes": service.write_refusal is None and settings.write_refusal(settings.api_key) is None,
-                "typical_tokens": service.typical is not None and service.typical.ready}
+                "writes": service.write_refusal is None and settings.api_key is not None,
+                "typical_tokens": service.typical is not None and service.typical.ready,
+                "n_segments": getattr(snapshot.index, "n_segments", None),
+                "pending_changes": service.pending_changes}
 
     @app.get("/ready")
     async def is_ready() -> JSONResponse:
@@ -218,9 +223,37 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         snapshot = service.snapshot
         metrics.documents.set(snapshot.index.n_documents)
         metrics.generation.set(-1 if snapshot.generation is None else snapshot.generation)
+        metrics.segments.set(getattr(snapshot.index, "n_segments", 1))
+        metrics.pending.set(service.pending_changes)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _write_state(service: SearchService, pending: int, committed: bool) -> dict:
+    """What a write's answer says about visibility: committed, or pending until POST /commit."""
+    state = {"committed": committed, "pending_changes": pending, "generation": service.snapshot.generation}
+    if not committed:
+        state["note"] = ("pending: searches do not see this change until POST /commit (a graceful shutdown commits "
+                         "it, a crash loses it)")
+    return state
+
+
+def _commit_pending(service: SearchService, commit: bool) -> None:
+    """At shutdown: changes acknowledged but not committed are committed (or, if so configured, dropped)."""
+    if not service.pending_changes:
+        return
+    if not commit:
+        logger.warning("shutting down: %d pending changes dropped (--discard-pending)", service.pending_changes)
+        return
+    n = service.pending_changes
+    done = service.commit()
+    logger.info("shutting down: %d pending changes committed (generation %s)", n, done["generation"])
+
+
+def _log_failure(task: asyncio.Future) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("warm-up failed", exc_info=task.exception())
 
 
 def _max_df(value: str | float) -> float | str | None:
@@ -273,14 +306,14 @@ def _snippet(text: str, limit: int) -> str:
     return cut + " …"
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return _error(exc.status, str(exc))
+        return _error(exc.status, str(exc), getattr(exc, "headers", None))
 
     @app.exception_handler(UhdError)
     async def user_error(_: Request, exc: UhdError) -> JSONResponse:
@@ -302,47 +335,6 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def bug(_: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error")
         return _error(500, f"internal error ({type(exc).__name__}); see the server log")
-
-
-class _BodyLimit:
-    """413 for a body over `max_bytes`, whether it declares its length or streams it."""
-
-    def __init__(self, app, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._refuse(send)
-        if scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS") and declared is None:
-            return await self.app(scope, receive, send)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                return await self._refuse(send)
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body, replayed = b"".join(chunks), False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, send) -> None:
-        await _error(413, f"the request body is over {self.max_bytes} bytes")({"type": "http"}, None, send)
 
 
 class _Measure:

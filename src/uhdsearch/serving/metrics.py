@@ -19,5 +19,9 @@ class Metrics:
                                 registry=self.registry)
         self.documents = Gauge("uhdsearch_index_documents", "Live documents in the served snapshot",
                                registry=self.registry)
+        self.segments = Gauge("uhdsearch_index_segments", "Segments of the served snapshot (1: static index)",
+                              registry=self.registry)
+        self.pending = Gauge("uhdsearch_pending_changes", "Documents added or deleted, not yet committed",
+                             registry=self.registry)
         self.generation = Gauge("uhdsearch_index_generation", "Commit generation served (-1: static index)",
                                 registry=self.registry)

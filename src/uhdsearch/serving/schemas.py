@@ -1,4 +1,4 @@
-"""Request and response bodies (pydantic): the OpenAPI schema at /docs is generated from these."""
+"""Request and response bodies (pydantic): the OpenAPI schema at /openapi.json is generated from these."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -96,6 +96,7 @@ class SearchService:
     query_encoder: object | None = None  # e.g. a LookupEncoder (inference-free queries); None: `encoder`
     _write_lock: threading.Lock = field(default_factory=threading.Lock)
     _pending: list[Document] = field(default_factory=list)
+    _pending_deletes: int = 0
 
     @classmethod
     def open(cls, encoder, index_path: Path, corpus: dict[str, Document] | None = None, writable: bool = True,
@@ -123,7 +124,7 @@ class SearchService:
         else:
             snapshot = Snapshot(open_index(index_path), None)
             refusal = (405, f"{index_path} is a static index; serve a segmented index to add or delete documents")
-        documents = DocumentStore(corpus, added)
+        documents = DocumentStore(corpus, added, writer=writer is not None)
         typical = TypicalTokens(encoder, [d.full_text for d in documents.sample(typical_sample)]) \
             if typical_sample > 0 else None
         service = cls(encoder, snapshot, documents, writer, refusal, bm25, typical)
@@ -218,8 +219,14 @@ class SearchService:
             raise ServiceError(409, "another write request is under way; retry when it has finished")
         return self._write_lock
 
-    def add(self, documents: list[Document], replace: bool = False) -> int:
-        """Encode and add documents (visible to searches after the next commit); returns the pending count."""
+    @property
+    def pending_changes(self) -> int:
+        """Documents added and deleted since the last commit: lost at shutdown unless committed."""
+        return len(self._pending) + self._pending_deletes
+
+    def add(self, documents: list[Document], replace: bool = False, commit: bool = False) -> int:
+        """Encode and add documents (visible to searches after the next commit, or now with `commit`); returns
+        the pending changes."""
         lock = self._writing()
         try:
             ids = [d.doc_id for d in documents]
@@ -231,17 +238,24 @@ class SearchService:
             except DataFormatError as exc:
                 raise ServiceError(409, str(exc)) from None
             self._pending.extend(documents)
-            return len(self._pending)
+            if commit:
+                self._commit()
+            return self.pending_changes
         finally:
             lock.release()
 
-    def delete(self, doc_id: str) -> None:
+    def delete(self, doc_id: str, commit: bool = False) -> int:
+        """Delete a document (gone from searches after the next commit, or now with `commit`); returns the
+        pending changes."""
         lock = self._writing()
         try:
             try:
-                self.writer.delete([doc_id])
+                self._pending_deletes += self.writer.delete([doc_id])
             except UsageError:
                 raise ServiceError(404, f"doc_id {doc_id!r} is not in the index") from None
+            if commit:
+                self._commit()
+            return self.pending_changes
         finally:
             lock.release()
 
@@ -249,16 +263,20 @@ class SearchService:
         """Make the pending changes durable and visible: texts first, then the index commit, then the swap."""
         lock = self._writing()
         try:
-            self.documents.save_added(self._pending)
-            generation = self.writer.commit()
-            self._pending = []
-            reader = self.snapshot.index.reopen()
-            snapshot = Snapshot(reader, reader.generation)
-            snapshot.document_frequencies  # counted here, before the swap, not in the next search request
-            self.snapshot = snapshot
-            return {"generation": generation, "n_documents": reader.n_documents}
+            return self._commit()
         finally:
             lock.release()
+
+    def _commit(self) -> dict:
+        self.documents.save_added(self._pending)
+        generation = self.writer.commit()
+        self._pending, self._pending_deletes = [], 0
+        reader = self.snapshot.index.reopen()
+        snapshot = Snapshot(reader, reader.generation)
+        snapshot.document_frequencies  # counted here, before the swap, not in the next search request
+        self.snapshot = snapshot
+        return {"generation": generation, "n_documents": reader.n_documents}
+
 
 def _pairs(items, name: str) -> list[dict]:
     return [{"token": token, name: value} for token, value in items]

@@ -7,7 +7,9 @@ let health = null;
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {
-    if (key === "class") node.className = value; else node.setAttribute(key, value);
+    if (key === "class") node.className = value;
+    else if (key === "style") Object.assign(node.style, value);  // CSSOM: the CSP refuses style attributes
+    else node.setAttribute(key, value);
   }
   for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   return node;
@@ -47,7 +49,7 @@ function explainPanel(data) {
     for (const d of bucket.dims) {
       table.append(el("tr", { class: "dim", "data-dim": d.dim },
         el("td", {}, d.dim),
-        el("td", {}, el("span", { class: "bar", style: `width:${Math.round(60 * d.contribution / top)}px` }),
+        el("td", {}, el("span", { class: "bar", style: { width: `${Math.round(60 * d.contribution / top)}px` } }),
           ` ${d.contribution.toFixed(3)}`),
         tokens(d.query_tokens, "—"), tokens(d.document_tokens, "no text"),
         tokens(d.typical_tokens, data.typical_tokens === "pending" ? "computing…" : "—")));
