@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
+from encoding_speed import timed
 from settings import parse_args, record
 
 from uhdsearch.encoder import precision
@@ -35,17 +34,6 @@ from uhdsearch.training.dev_checks import DevCheck
 from uhdsearch.training.presets import PRESETS
 
 RESULTS = Path(__file__).parent / "results" / "wta_paths.json"
-
-
-def timed(fn, repeats: int) -> float:
-    """Median seconds of `repeats` calls after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def use_path(name: str) -> None:
