@@ -52,7 +52,8 @@ def test_quickstart_writes_loadable_artifacts_and_runs(quickstart_out, mini_data
     assert binary.variant == "binary" and binary.n_documents == len(mini_data.corpus)
     from uhdsearch.types import load_run
 
-    from uhdsearch.index.impacts import ImpactPlanes, open_index
+    from uhdsearch.index import open_index
+    from uhdsearch.index.impacts import ImpactPlanes
 
     planes = open_index(out / "index-planes")
     assert isinstance(planes, ImpactPlanes) and planes.n_documents == len(mini_data.corpus)

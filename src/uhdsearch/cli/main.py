@@ -244,7 +244,7 @@ def search(
     """Search an index; writes a TREC run to stdout."""
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_queries
-    from uhdsearch.index.impacts import open_index
+    from uhdsearch.index import open_index
     from uhdsearch.search.options import SearchOptions, cli_spelling
     from uhdsearch.search.searcher import Searcher
     from uhdsearch.types import Query, Run, format_run
@@ -273,12 +273,7 @@ def search(
         encoder = StudentQueryEncoder(encoder, QueryStudent.load(student, encoder.backbone), onnx=onnx)
     elif onnx:
         encoder.use_onnx_runtime()
-    from uhdsearch.index.live.commit import list_generations
-    from uhdsearch.index.live.segments import SegmentedIndex
-
-    # A directory with commit files is a segmented index (uhdsearch index --ray, live updates); else a static one.
-    segmented = index_dir.is_dir() and bool(list_generations(index_dir))
-    index = SegmentedIndex.open(index_dir) if segmented else open_index(index_dir)
+    index = open_index(index_dir)  # static, impact planes or segmented (uhdsearch index --ray, live updates)
     if lookup:  # inference-free queries: the table `uhdsearch lookup` saved beside the model
         from uhdsearch.encoder.lookup import LookupEncoder
 

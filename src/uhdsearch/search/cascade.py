@@ -90,7 +90,7 @@ def cascade_search(index, queries: SparseEncoding, document_frequencies, k: int,
     rare, frequent = split_by_frequency(queries, document_frequencies, cascade.first_max_df * n_documents)
     numbers, scores = index.search_encoded(rare, max(k, cascade.depth), bucket_weights, scoring, n_threads=n_threads,
                                            length_norm=length_norm)
-    if cascade.forward and hasattr(index, "keep_forward"):  # a segmented index probes its parts
+    if cascade.forward:  # a segmented index keeps no rows: it probes its parts
         index.keep_forward(cascade.first_max_df, queries.n, FORWARD_AFTER)
     scales = index.length_scales(length_norm) if length_norm else None
     out_numbers = np.full((queries.n, depth), -1, np.int64)

@@ -166,8 +166,8 @@ class SearchOptions:
         predictor = self.bucket_predictor
         max_df = self.max_df
         if max_df == AUTO:  # a bucket predictor's features saw every dim
-            max_df = None if predictor is not None else auto_max_df(
-                index.n_documents, getattr(index, "stop_dimensions_by_default", True))
+            max_df = None if predictor is not None else auto_max_df(index.n_documents,
+                                                                    index.stop_dimensions_by_default)
         length_norm = self.resolved_length_norm(index, kernel_scoring)
         cascade = self._cascade(index, kernel_scoring, length_norm)
         query_k = self.query_k if self.query_k is not None else (config.query_k if config is not None else None)
@@ -192,7 +192,7 @@ class SearchOptions:
 
     def resolved_length_norm(self, index, kernel_scoring: str) -> float:
         """The alpha this search passes to search_encoded over `index`."""
-        supported = getattr(index, "length_norm_supported", True)
+        supported = index.length_norm_supported
         if self.length_norm == AUTO:
             return auto_length_norm(kernel_scoring, supported, self.bucket_predictor is not None)
         if not self.length_norm:
@@ -206,7 +206,7 @@ class SearchOptions:
         return float(self.length_norm)
 
     def _cascade(self, index, kernel_scoring: str, length_norm: float) -> Cascade | None:
-        can = kernel_scoring != "weighted" and hasattr(index, "overlap_counts") and self.bucket_predictor is None
+        can = kernel_scoring != "weighted" and index.answers_overlap_counts and self.bucket_predictor is None
         if self.cascade == AUTO:
             return auto_cascade(index.n_documents, can, length_norm)
         if self.cascade is not None and self.bucket_predictor is not None:

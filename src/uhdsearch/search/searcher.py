@@ -151,9 +151,8 @@ class Searcher:
         """Prepare what later searches would otherwise build on their way: the index's pages and document lengths
         (index.warm_up), and the cascade's doc-major rows (index.keep_forward) when these options cascade."""
         cascade = self.resolve(options).cascade
-        if hasattr(self.index, "warm_up"):
-            self.index.warm_up()
-        if cascade is not None and cascade.forward and hasattr(self.index, "keep_forward"):
+        self.index.warm_up()
+        if cascade is not None and cascade.forward:
             self.index.keep_forward(cascade.first_max_df)
 
     def encode(self, queries: Sequence[Query], options: SearchOptions | None = None) -> SparseEncoding:
@@ -263,7 +262,7 @@ class Searcher:
                           resolved: ResolvedOptions | None = None) -> np.ndarray:
         """(len(numbers),) float64 Eq. 7 scores of one query against the given documents; <= 0 counts as 0."""
         resolved = resolved or self.resolve()
-        if resolved.kernel_scoring != "binary" or not hasattr(self.index, "document_vectors"):
+        if resolved.kernel_scoring != "binary" or not self.index.has_document_vectors:
             # Float sums in another order than the kernels' could split near-ties differently from search(),
             # so weighted scores come from the kernels themselves; binary overlaps are exact integers either way.
             return self._candidate_scores_by_search(query, numbers, resolved)

@@ -88,28 +88,23 @@ class SearchService:
     def open(cls, encoder, index_path: Path, corpus: dict[str, Document] | None = None, writable: bool = True,
              bm25=None, typical_sample: int = 0) -> SearchService:
         """Load a static index or open a segmented one (its writer too when `writable` and the lock is free)."""
-        from uhdsearch.index.impacts import open_index
-        from uhdsearch.index.live.commit import list_generations
-        from uhdsearch.index.live.segments import SegmentedIndex
+        from uhdsearch.index import index_kind, open_index
 
         index_path = Path(index_path)
-        if not index_path.is_dir():
-            raise FileNotFoundError(f"no index directory at {index_path}")
         writer, refusal, added = None, None, None
-        if list_generations(index_path):
+        if index_kind(index_path) == "segmented":  # the writer first: it clears what a killed writer left
             added = index_path / ADDED_FILE
             if writable:
                 try:
-                    writer = SegmentedIndex.open(index_path, writable=True)
+                    writer = open_index(index_path, writable=True)
                 except IndexLockedError as exc:
                     refusal = (423, f"the index is locked by another writer: {exc}")
             else:
                 refusal = (423, "the server was started read-only")
-            reader = SegmentedIndex.open(index_path)
-            snapshot = Snapshot(reader, reader.generation)
         else:
-            snapshot = Snapshot(open_index(index_path), None)
             refusal = (405, f"{index_path} is a static index; serve a segmented index to add or delete documents")
+        reader = open_index(index_path)
+        snapshot = Snapshot(reader, reader.generation)
         documents = DocumentStore(corpus, added)
         typical = TypicalTokens(encoder, [d.full_text for d in documents.sample(typical_sample)]) \
             if typical_sample > 0 else None
