@@ -242,7 +242,7 @@ def search(
                                           "gives the count)."),
 ) -> None:
     """Search an index; writes a TREC run to stdout."""
-    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.encoder.query import open_query_encoder
     from uhdsearch.evaluation.datasets import load_queries
     from uhdsearch.index import open_index
     from uhdsearch.search.options import SearchOptions, cli_spelling
@@ -260,24 +260,15 @@ def search(
     if on_duplicate is None:
         raise UsageError(f"--duplicate-queries {duplicate_queries!r}; choose error, keep-first or keep-last")
     items = list(load_queries(queries, on_duplicate).values()) if queries is not None else [Query("q1", query)]
-    overrides = {"wta_k": wta_k} if wta_k is not None else {}
     if lookup and (onnx or wta_k is not None):
         raise UsageError("--lookup encodes queries by a table fixed when `uhdsearch lookup` built it: --onnx and "
                          "--wta-k do not apply to it")
     if lookup and student is not None:
         raise UsageError("--lookup and --student are two query encoders: give one")
-    encoder = UHDEncoder.from_pretrained(model, **overrides)
-    if student is not None:  # read before the index is opened: a wrong file fails fast
-        from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder
-
-        encoder = StudentQueryEncoder(encoder, QueryStudent.load(student, encoder.backbone), onnx=onnx)
-    elif onnx:
-        encoder.use_onnx_runtime()
+    kind = "table" if lookup else "student" if student is not None else "onnx" if onnx else "full"
+    # read before the index is opened: a wrong table or student file fails fast
+    encoder = open_query_encoder(model, kind, student=student, onnx=onnx and student is not None, wta_k=wta_k)
     index = open_index(index_dir)  # static, impact planes or segmented (uhdsearch index --ray, live updates)
-    if lookup:  # inference-free queries: the table `uhdsearch lookup` saved beside the model
-        from uhdsearch.encoder.lookup import LookupEncoder
-
-        encoder = LookupEncoder.load(model, encoder)
     searcher = Searcher(encoder, index, options=options)
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
     sys.stdout.write(format_run(run))

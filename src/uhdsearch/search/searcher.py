@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
+from uhdsearch.encoder.query import QueryEncoder
 from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.base import Scoring, SearchableIndex, hits_per_query
 from uhdsearch.search.cascade import Cascade, cascade_search
@@ -71,7 +72,7 @@ class Searcher:
 
     def __init__(
         self,
-        encoder,
+        encoder: QueryEncoder,
         index: SearchableIndex,
         scoring: Scoring | None = None,
         query_k: int | None = None,

@@ -55,9 +55,9 @@ def uhd_model(ctx: SystemContext):
 
 def _saved_model(ctx: SystemContext):
     """A trained model as saved (its own backbone encodes the corpus): compare what training produced."""
-    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.encoder.query import open_query_encoder
 
-    model = UHDEncoder.from_pretrained(ctx.uhd_model_dir)
+    model = open_query_encoder(ctx.uhd_model_dir, "full")  # the full model: it encodes the documents too
     ctx.notes["uhd"] = {"model": str(ctx.uhd_model_dir), "model_digest": model.digest(), "trained_here": False}
     if _same_weights(model.backbone.model, ctx.backbone.model):  # a frozen backbone: reuse the shared pass
         layers = sorted(set(model.layers) | {ctx.backbone.n_layers})
