@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from uhdsearch.baselines.dense_systems import build_de
+from uhdsearch.experiments.builders import build_de
 from uhdsearch.baselines.dual_encoder import embed_states
 from uhdsearch.baselines.whitening import Whitening
 from uhdsearch.evaluation.datasets import load_beir

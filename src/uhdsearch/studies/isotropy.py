@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from uhdsearch.baselines.dense_systems import BackboneArg, fit_flow, pooled_vectors, setup
+from uhdsearch.experiments.builders import BackboneArg, fit_flow, pooled_vectors, setup
 from uhdsearch.baselines.whitening import Whitening, average_cosine, isotropy, sample_tokens
 from uhdsearch.encoder.states import TokenStates
 from uhdsearch.errors import UsageError

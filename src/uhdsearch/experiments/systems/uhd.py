@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from uhdsearch.baselines.dense_systems import build_uhd_binary
+from uhdsearch.experiments.builders import build_uhd_binary
 from uhdsearch.experiments.context import SystemContext
 from uhdsearch.experiments.registry import register
 from uhdsearch.experiments.systems.family import register_family
