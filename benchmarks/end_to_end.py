@@ -81,8 +81,8 @@ def lookup_encoder(model: UHDEncoder, args, queries: list[str]):
     `table_docs` sampled SciFact documents; context-free rows for the timed queries' tokens the sample lacks."""
     from encoded_cache import token_states
 
-    from uhdsearch.encoder.lookup import LookupEncoder, build_table
-    from uhdsearch.encoder.lookup_corpus import CorpusTable
+    from uhdsearch.encoder.query.table import LookupEncoder, build_table
+    from uhdsearch.encoder.query.corpus_table import CorpusTable
     from uhdsearch.evaluation.datasets import load_corpus
 
     data_dir = ROOT / args.data_root / "scifact"
@@ -234,7 +234,7 @@ def main() -> None:
         encoders[f"inference-free, vote {args.vote:g} ({args.vote_winners} of {args.vote_keep})"] = \
             lambda t: voted.encode([t])
     if args.student:  # a distilled query student (encoder/query_student.py), in the same runtime as the backbone
-        from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder
+        from uhdsearch.encoder.query.student import QueryStudent, StudentQueryEncoder
 
         loaded = QueryStudent.load(ROOT / args.student, model.backbone)
         student = StudentQueryEncoder(model, loaded, onnx=args.runtime == "onnx", threads=args.threads)

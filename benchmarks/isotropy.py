@@ -19,7 +19,7 @@ from pathlib import Path
 
 from settings import parse_args, record
 
-from uhdsearch.baselines.isotropy import isotropy_report
+from uhdsearch.studies.isotropy import isotropy_report
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
 from uhdsearch.io import write_json
 

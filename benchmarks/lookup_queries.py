@@ -41,9 +41,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from uhdsearch.encoder.lookup import LookupEncoder, build_table
-from uhdsearch.encoder.lookup_corpus import CorpusTable
 from uhdsearch.encoder.precision import product_dtype
+from uhdsearch.encoder.query.corpus_table import CorpusTable
+from uhdsearch.encoder.query.table import LookupEncoder, build_table
 from uhdsearch.encoder.winners import pooled_csr, top_winners
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.sparse import SparseEncoding

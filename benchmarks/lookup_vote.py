@@ -31,7 +31,7 @@ from lookup_queries import StatesCollection, query_tokens, score_split, table  #
 from query_student import encode_ms  # noqa: E402
 from settings import ROOT, comma_list, parse_args, record  # noqa: E402
 
-from uhdsearch.encoder.lookup import LookupEncoder, build_table  # noqa: E402
+from uhdsearch.encoder.query.table import LookupEncoder, build_table  # noqa: E402
 from uhdsearch.evaluation.datasets import load_beir  # noqa: E402
 
 OUT_JSON = ROOT / "benchmarks" / "results" / "lookup_vote.json"

@@ -33,8 +33,8 @@ from encoded_cache import load_model  # noqa: E402
 from lookup_queries import StatesCollection, score_encodings, table  # noqa: E402
 from settings import ROOT, comma_list, parse_args, record  # noqa: E402
 
-from uhdsearch.encoder.lookup_corpus import split_sentences  # noqa: E402
 from uhdsearch.encoder.precision import product_dtype  # noqa: E402
+from uhdsearch.encoder.query.corpus_table import split_sentences  # noqa: E402
 from uhdsearch.encoder.winners import pooled_csr  # noqa: E402
 from uhdsearch.evaluation.datasets import load_beir, load_corpus  # noqa: E402
 from uhdsearch.sparse import SparseEncoding  # noqa: E402
@@ -112,7 +112,7 @@ def load_students(model, folder: Path) -> tuple[dict, dict[str, Student]]:
     from safetensors.torch import load_file
 
     if folder.is_file():  # a student file as shipped (encoder/query_student.py, float16)
-        from uhdsearch.encoder.query_student import QueryStudent
+        from uhdsearch.encoder.query.student import QueryStudent
 
         student = QueryStudent.load(folder, model.backbone)
         return student.record, {f"student, {student.layers} layers, {student.record.get('epochs')} epochs, "

@@ -46,7 +46,7 @@ def pack(args) -> None:
     from safetensors.torch import save_file
 
     from encoded_cache import load_model
-    from uhdsearch.encoder.lookup_corpus import split_sentences
+    from uhdsearch.encoder.query.corpus_table import split_sentences
     from uhdsearch.evaluation.datasets import load_corpus
 
     model = load_model(args.model, args.data_root, 0)
@@ -113,7 +113,7 @@ def train(args) -> None:
     if importlib.util.find_spec("uhdsearch") is None:  # the GPU machine: the source tree, not an install
         sys.path.insert(0, str(ROOT / "src"))
     from uhdsearch.encoder.backbone import Backbone
-    from uhdsearch.encoder.query_student import QueryStudent
+    from uhdsearch.encoder.query.student import QueryStudent
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(args.seed)
@@ -197,7 +197,7 @@ def export(args) -> None:
     from safetensors.torch import load_file
 
     from encoded_cache import load_model
-    from uhdsearch.encoder.query_student import QueryStudent
+    from uhdsearch.encoder.query.student import QueryStudent
 
     model = load_model(args.model, args.data_root, 0)
     record = json.loads((args.weights / "training.json").read_text())

@@ -106,7 +106,7 @@ def bench_size(n_docs: int, queries, args) -> list[dict]:
 
 
 def lookup_rows(binary, args, lookup_dir: Path, n_docs: int) -> list[dict]:
-    from uhdsearch.encoder.lookup import LookupEncoder
+    from uhdsearch.encoder.query.table import LookupEncoder
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
 

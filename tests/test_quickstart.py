@@ -5,7 +5,7 @@ import pytest
 from uhdsearch.baselines.bm25 import BM25Retriever
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import InvertedIndex
-from uhdsearch.quickstart import run_quickstart
+from uhdsearch.quickstart import load_results, run_quickstart
 from uhdsearch.training.recipe import Recipe
 
 
@@ -24,7 +24,8 @@ def test_results_json_has_the_documented_shape(quickstart_out, scifact_mini_dir)
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk == results
     assert on_disk["dataset"] == "scifact-mini" and on_disk["split"] == "test" and on_disk["n_queries"] == 40
-    assert set(on_disk["systems"]) == {"bm25", "dense", "uhd-binary", "uhd-weighted", "uhd-planes"}
+    assert set(on_disk["systems"]) == {"bm25", "dense", "uhd-binary-norm", "uhd-weighted-norm", "uhd-planes"}
+    assert load_results(out / "results.json") == on_disk  # today's names are kept as they are
     for scores in on_disk["systems"].values():
         assert set(scores) == {"nDCG@10", "RR@10", "R@100", "R@1000"}
         assert all(0.0 <= v <= 1.0 for v in scores.values())
@@ -51,14 +52,15 @@ def test_quickstart_writes_loadable_artifacts_and_runs(quickstart_out, mini_data
     assert binary.variant == "binary" and binary.n_documents == len(mini_data.corpus)
     from uhdsearch.types import load_run
 
-    from uhdsearch.index.impacts import ImpactPlanes, open_index
+    from uhdsearch.index import open_index
+    from uhdsearch.index.impacts import ImpactPlanes
 
     planes = open_index(out / "index-planes")
     assert isinstance(planes, ImpactPlanes) and planes.n_documents == len(mini_data.corpus)
     run = load_run(out / "runs" / "uhd-planes.trec")
     assert round(evaluate(run, mini_data.qrels, ["nDCG@10"])["nDCG@10"], 4) == results["systems"]["uhd-planes"]["nDCG@10"]
-    run = load_run(out / "runs" / "uhd-binary.trec")
-    assert round(evaluate(run, mini_data.qrels, ["nDCG@10"])["nDCG@10"], 4) == results["systems"]["uhd-binary"]["nDCG@10"]
+    run = load_run(out / "runs" / "uhd-binary-norm.trec")
+    assert round(evaluate(run, mini_data.qrels, ["nDCG@10"])["nDCG@10"], 4) == results["systems"]["uhd-binary-norm"]["nDCG@10"]
 
 
 def test_quickstart_refuses_to_overwrite(quickstart_out):

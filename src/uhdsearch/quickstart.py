@@ -30,7 +30,8 @@ from uhdsearch.evaluation.experiment import Comparison, compare
 from uhdsearch.evaluation.metrics import DEFAULT_MEASURES, evaluate
 from uhdsearch.index.impacts import ImpactPlanes
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
-from uhdsearch.io import atomic_directory, recover_directory, write_json
+from uhdsearch.io import atomic_directory, read_json, recover_directory, write_json
+from uhdsearch.search.options import SearchOptions
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.presets import PRESETS
 from uhdsearch.training.recipe import Recipe, cached_layers, load_train_split, train_on_collection
@@ -191,17 +192,13 @@ def _evaluate(stage: Path, data: BeirData, model: UHDEncoder, binary: BinaryInde
 
     Returns results and extra (without the training config), the Comparison and the re-ranking scores.
     """
-    systems = {
-        "bm25": bm25,
-        "dense": dense,
-        "uhd-binary": Searcher(model, binary, "binary"),
-        "uhd-weighted": Searcher(model, weighted, "weighted"),
-        "uhd-planes": Searcher(model, planes),  # impact planes, 2 + 3 bits (index/impacts.py)
-    }
+    # searched with SearchOptions.default() and named by it: uhd-binary-norm, uhd-weighted-norm
+    uhd = [Searcher(model, binary, "binary"), Searcher(model, weighted, "weighted")]
+    systems = {"bm25": bm25, "dense": dense, **{s.name: s for s in uhd},
+               "uhd-planes": Searcher(model, planes)}  # impact planes, 2 + 3 bits (index/impacts.py)
     comparison = compare(systems, data.queries, data.qrels, DEFAULT_MEASURES, baseline="bm25", k=1000)
-    rerank = {f"{name}-rerank-bm25": evaluate(s.rerank(data.queries, comparison.runs["bm25"], k=1000), data.qrels,
-                                              DEFAULT_MEASURES)
-              for name, s in (("uhd-binary", systems["uhd-binary"]), ("uhd-weighted", systems["uhd-weighted"]))}
+    rerank = {f"{s.name}-rerank-bm25": evaluate(s.rerank(data.queries, comparison.runs["bm25"], k=1000), data.qrels,
+                                                DEFAULT_MEASURES) for s in uhd}
     # the searches above drop the stop dimensions and divide binary counts by document length by default
     # (search/stopdims.py, search/lengthnorm.py); the plain counts, and the model's own score, beside them
     counts = evaluate(Searcher(model, binary, "binary", length_norm=None).search(data.queries, k=1000), data.qrels,
@@ -209,7 +206,7 @@ def _evaluate(stage: Path, data: BeirData, model: UHDEncoder, binary: BinaryInde
     plain = Searcher(model, binary, "binary", max_df=None, length_norm=None)
     all_dims = evaluate(plain.search(data.queries, k=1000), data.qrels, DEFAULT_MEASURES)
     sample = random.Random(0).sample(data.queries, min(100, len(data.queries)))
-    seconds["search_ms_per_query"] = systems["uhd-binary"].latency_ms(sample, k=10)
+    seconds["search_ms_per_query"] = uhd[0].latency_ms(sample, k=10)
     for name, run in comparison.runs.items():
         run.save(str(stage / "runs" / f"{name}.trec"))
 
@@ -220,17 +217,40 @@ def _evaluate(stage: Path, data: BeirData, model: UHDEncoder, binary: BinaryInde
         "systems": {name: {m: round(v, 4) for m, v in comparison.scores[name].items()} for name in systems},
         "seconds": {k: round(v, 3) for k, v in seconds.items() if k in ("train", "index", "search_ms_per_query")},
         "model_digest": model.digest(),
+        "search_options": SearchOptions.default().to_json(),  # also marks today's system names (load_results)
     }
     extra = {
         "rerank_bm25_top1000": {k: {m: round(v, 4) for m, v in s.items()} for k, s in rerank.items()},
         "uhd_binary_without_length_norm": {m: round(v, 4) for m, v in counts.items()},
         "uhd_binary_without_stop_dimensions": {m: round(v, 4) for m, v in all_dims.items()},  # nor length norm
-        "length_norm": systems["uhd-binary"].length_norm,
-        "stop_dimensions": {"max_df": systems["uhd-binary"].max_df, "documents": binary.n_documents},
+        "length_norm": uhd[0].length_norm,
+        "stop_dimensions": {"max_df": uhd[0].max_df, "documents": binary.n_documents},
         "p_values_vs_bm25": comparison.p_values,
         "seconds_all": {k: round(v, 3) for k, v in seconds.items()},
     }
     return results, extra, comparison, rerank
+
+
+# Before the systems were named by their SearchOptions (issue 34), the quickstart called its searches with the
+# defaults "uhd-binary" and "uhd-weighted", the names of plain counts everywhere else.
+LEGACY_NAMES = {"uhd-binary": "uhd-binary-norm", "uhd-weighted": "uhd-weighted-norm"}
+
+
+def load_results(path: str | os.PathLike) -> dict[str, Any]:
+    """A quickstart's results.json, an older one's systems under today's names (their runs were searched with
+    the defaults, which are named "uhd-binary-norm" now).
+
+    Example:
+        >>> import json, tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "results.json"
+        >>> _ = path.write_text(json.dumps({"systems": {"bm25": {}, "uhd-binary": {"nDCG@10": 0.72}}}))
+        >>> load_results(path)["systems"]
+        {'bm25': {}, 'uhd-binary-norm': {'nDCG@10': 0.72}}
+    """
+    results = read_json(path)
+    if "search_options" not in results:
+        results["systems"] = {LEGACY_NAMES.get(name, name): value for name, value in results["systems"].items()}
+    return results
 
 
 def _subsample(data: BeirData, n_documents: int) -> BeirData:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from uhdsearch.baselines.dense import DenseRetriever
-from uhdsearch.baselines.dense_systems import build_dense, training_pairs
+from uhdsearch.experiments.builders import build_dense, training_pairs
 from uhdsearch.baselines.dual_encoder import (
     DualEncoderArgs, DualEncoderHead, build_dual_encoder, train_dual_encoder,
 )

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from uhdsearch.baselines.bm25 import BM25Retriever
-from uhdsearch.baselines.dense_systems import build_dense_glow, build_dense_nice, build_sum_of_max
+from uhdsearch.experiments.builders import build_dense_glow, build_dense_nice, build_sum_of_max
 from uhdsearch.baselines.flows import NICE, Glow
 from uhdsearch.baselines.whitening import average_cosine, isotropy, sample_tokens
 from uhdsearch.encoder.states import compute_token_states

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from uhdsearch.baselines.bm25 import BM25Retriever
-from uhdsearch.baselines.dense_systems import build_sum_of_max
+from uhdsearch.experiments.builders import build_sum_of_max
 from uhdsearch.baselines.dual_encoder import DualEncoderHead, build_dual_encoder
 from uhdsearch.baselines.multivector import SumOfMaxReranker, build_multivector, sum_of_max
 from uhdsearch.types import Run, ScoredDoc
@@ -118,7 +118,7 @@ def test_rerank_edges(backbone, documents, states, caplog):
 
 
 def test_a_given_head_indexes_another_corpus_without_training(backbone, documents, states, head, mini_data):
-    from uhdsearch.baselines.dense_systems import build_de, build_me
+    from uhdsearch.experiments.builders import build_de, build_me
 
     de = build_de(documents, backbone_dir=backbone, states=states, max_length=MAX_LENGTH, head=head)
     me = build_me(documents, backbone_dir=backbone, states=states, max_length=MAX_LENGTH, head=head, m=1)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from uhdsearch.baselines.dense_systems import build_dense_whiten_seq, build_dense_whiten_tok
-from uhdsearch.baselines.isotropy import isotropy_report
+from uhdsearch.experiments.builders import build_dense_whiten_seq, build_dense_whiten_tok
+from uhdsearch.studies.isotropy import isotropy_report
 from uhdsearch.baselines.whitening import Whitening, average_cosine, isotropy, pooled_embedder
 from uhdsearch.encoder.states import compute_token_states
 
@@ -151,7 +151,7 @@ def test_uhd_over_whitened_states_equals_a_wta_with_whitening_folded_in(dense_ba
     """Whitening is affine, so WTA(whiten(x)) equals a WTA with weight W M^T and bias b - W M^T mu on raw x."""
     import copy
 
-    from uhdsearch.baselines.dense_systems import build_uhd_binary
+    from uhdsearch.experiments.builders import build_uhd_binary
 
     searcher = build_uhd_binary(mini_data.corpus, backbone_dir=dense_backbone, states=states, max_length=MAX_LENGTH,
                                 whiten=True, dim=1024, wta_k=8, wta_dtype="float32")

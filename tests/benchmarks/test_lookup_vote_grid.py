@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from lookup_vote import Encoders, label
 
-from uhdsearch.encoder.lookup import LookupEncoder
-from uhdsearch.encoder.lookup_corpus import CorpusTable
+from uhdsearch.encoder.query.table import LookupEncoder
+from uhdsearch.encoder.query.corpus_table import CorpusTable
 
 TEXTS = ["vitamin d changes bone density in older women.", "bone loss rarely changes risk in mice.",
          "insulin signalling changes growth in older mice.", "heart failure strongly changes risk in women."]

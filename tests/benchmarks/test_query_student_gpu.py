@@ -5,8 +5,8 @@ import torch
 import numpy as np
 from query_student_gpu import main, padded, packed_teacher
 
-from uhdsearch.encoder.lookup_corpus import split_sentences
-from uhdsearch.encoder.query_student import QueryStudent
+from uhdsearch.encoder.query.corpus_table import split_sentences
+from uhdsearch.encoder.query.student import QueryStudent
 from uhdsearch.evaluation.datasets import load_corpus
 
 

@@ -61,7 +61,7 @@ def test_search_evaluate_and_rerank(trained: Trained, scifact_mini_dir: Path, tm
         assert all(hit.doc_id in corpus for hit in hits)
         assert len({hit.doc_id for hit in hits}) == len(hits)
     first = out.splitlines()[0].split()
-    assert (first[1], first[3], first[5]) == ("Q0", "1", "uhd-binary")
+    assert (first[1], first[3], first[5]) == ("Q0", "1", "uhd-binary-norm")
 
     qrels_path = scifact_mini_dir / "qrels" / "test.tsv"
     measures = ["nDCG@10", "RR@10", "R@5"]
@@ -86,7 +86,7 @@ def test_search_evaluate_and_rerank(trained: Trained, scifact_mini_dir: Path, tm
         assert {h.doc_id for h in hits} <= set(run.doc_ids(query_id))
         scores = [h.score for h in hits]
         assert scores == sorted(scores, reverse=True)
-    assert out.splitlines()[0].split()[5] == "uhd-weighted-rerank"
+    assert out.splitlines()[0].split()[5] == "uhd-weighted-norm-rerank"
 
 
 def test_search_one_query_text(trained: Trained, scifact_mini_dir: Path, capsys) -> None:
@@ -273,7 +273,7 @@ def test_quickstart_prints_what_the_pipeline_returns(monkeypatch, tmp_path: Path
     assert calls[0]["recipe"] == PRESETS["paper"] and calls[0]["fast"] is True
     assert out.startswith(comparison.format_table() + "\n")
     assert "re-ranking BM25's top 1000:\n  uhd-binary-rerank-bm25" + " " * 7 + "nDCG@10 0.5000\n" in out
-    assert "train 12 s, index 4 s, UHD-binary search 1.2 ms/query" in out
+    assert "train 12 s, index 4 s, uhd-binary-norm search 1.2 ms/query" in out
     assert out.endswith(f"wrote {tmp_path / 'results.json'}\n")
     code, out, err = run_cli(capsys, ["quickstart", "--out", str(tmp_path)])
     assert code == 0 and calls[1]["recipe"] is None and calls[1]["fast"] is False  # the pipeline's own default

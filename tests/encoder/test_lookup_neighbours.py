@@ -5,9 +5,9 @@ import scipy.sparse as sp
 import torch
 
 from uhdsearch.encoder.config import EncoderConfig
-from uhdsearch.encoder.lookup import LookupEncoder
-from uhdsearch.encoder.lookup_corpus import CorpusTable
-from uhdsearch.encoder.lookup_neighbours import NeighbourTable, keep_largest, pair_keys
+from uhdsearch.encoder.query.table import LookupEncoder
+from uhdsearch.encoder.query.corpus_table import CorpusTable
+from uhdsearch.encoder.query.neighbours import NeighbourTable, keep_largest, pair_keys
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.errors import UsageError
 
@@ -97,7 +97,7 @@ def test_runs_merged_in_any_order_sum_as_one_pass():
 
 
 def test_an_unseen_pair_falls_back_to_the_whole_unigram_row_and_an_empty_pair_row_hides_nothing():
-    from uhdsearch.encoder.lookup_neighbours import NeighbourRows
+    from uhdsearch.encoder.query.neighbours import NeighbourRows
 
     fallback = sp.csr_matrix(np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) % 7)
     empty_row = sp.csr_matrix((1, DIM), dtype=np.float32)

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uhdsearch.encoder.config import EncoderConfig
-from uhdsearch.encoder.lookup import LookupEncoder
-from uhdsearch.encoder.lookup_corpus import CorpusTable
-from uhdsearch.encoder.lookup_vote import check_vote, vote_pool
+from uhdsearch.encoder.query.table import LookupEncoder
+from uhdsearch.encoder.query.corpus_table import CorpusTable
+from uhdsearch.encoder.query.vote import check_vote, vote_pool
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.errors import ModelFormatError, UsageError
 

@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
-from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder, backbone_fingerprint
+from uhdsearch.encoder.query.student import QueryStudent, StudentQueryEncoder, backbone_fingerprint
 from uhdsearch.errors import ModelFormatError, UsageError
 
 QUERIES = ["vitamin D deficiency and bone fractures", "aspirin", "the role of gut microbiota in obesity and "

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from uhdsearch.baselines.dense_systems import build_de
+from uhdsearch.experiments.builders import build_de
 from uhdsearch.baselines.dual_encoder import embed_states
 from uhdsearch.baselines.whitening import Whitening
 from uhdsearch.evaluation.datasets import load_beir
@@ -35,9 +35,9 @@ def test_what_a_system_learns_from_is_declared_where_it_registers():
     trained = {n for n, s in SYSTEMS.items() if s.trains_on_source}
     assert fitted == {"dense+whiten-seq", "dense+whiten-tok", "dense+nice", "dense+glow", "sum-of-max+whiten",
                       "sum-of-max+nice", "sum-of-max+glow", "uhd-binary-untrained", "uhd-binary+whiten",
-                      "uhd-binary", "uhd-weighted", "uhd-binary-norm"}
+                      "uhd-binary", "uhd-weighted", "uhd-binary-norm", "uhd"}
     assert trained == {"de-32", "de-64", "de-128", "de-256", "de-full", "me-1", "me-4", "me-8", "uhd-binary",
-                       "uhd-weighted", "uhd-binary-norm"}
+                       "uhd-weighted", "uhd-binary-norm", "uhd"}
     with pytest.raises(ValueError, match="'bm25' is already registered"):
         register("bm25")(lambda ctx: None)
 

@@ -73,7 +73,7 @@ def test_bad_bits_and_mismatched_queries_are_named():
 
 def test_saved_planes_reopen_and_a_searcher_ranks_with_them(tmp_path, tiny_encoder_session, mini_data,
                                                              mini_encoding):
-    from uhdsearch.index.impacts import open_index
+    from uhdsearch.index import open_index
     from uhdsearch.index.inverted import WeightedIndex
     from uhdsearch.search.searcher import Searcher
 
@@ -101,7 +101,7 @@ def test_a_damaged_planes_manifest_is_named(tmp_path):
     import json
 
     from uhdsearch.errors import IndexFormatError
-    from uhdsearch.index.impacts import open_index
+    from uhdsearch.index import open_index
 
     rng = np.random.default_rng(2)
     ImpactPlanes.from_encoding(random_encoding(rng, 20, 12, 1, 0.3), [str(i) for i in range(20)],

@@ -5,7 +5,8 @@ import pytest
 from uhdsearch.errors import UsageError
 from uhdsearch.index.impacts import ImpactPlanes
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
-from uhdsearch.search.lengthnorm import LENGTH_NORM, parse_length_norm
+from uhdsearch.search.lengthnorm import LENGTH_NORM
+from uhdsearch.search.options import SearchOptions
 from uhdsearch.search.oracle import brute_force_scores
 from uhdsearch.search.searcher import Searcher
 
@@ -28,7 +29,8 @@ def test_auto_normalizes_plain_binary_scoring_only(tiny_encoder_session, indexes
     assert Searcher(tiny_encoder_session, planes).length_norm == 0.0
     searcher = Searcher(tiny_encoder_session, binary, length_norm=0.5)
     assert searcher.length_norm == 0.5 and searcher.name == "uhd-binary-ln0.5"
-    assert Searcher(tiny_encoder_session, binary).name == "uhd-binary"
+    assert Searcher(tiny_encoder_session, binary).name == "uhd-binary-norm"  # SearchOptions.default()
+    assert Searcher(tiny_encoder_session, binary, max_df=None, cascade=None, length_norm=None).name == "uhd-binary"
     with pytest.raises(UsageError, match="weighted scoring already uses L2-normalized"):
         Searcher(tiny_encoder_session, weighted, length_norm=0.3)
     with pytest.raises(UsageError, match="ImpactPlanes does not support length_norm"):
@@ -109,7 +111,10 @@ def test_the_cli_and_the_service_take_it(cli, saved_model_and_index):
 
 
 def test_parse_length_norm():
+    def parse_length_norm(text):
+        return SearchOptions.parse({"length_norm": text}).length_norm
+
     assert parse_length_norm(" None ") is None and parse_length_norm("AUTO") == "auto"
     assert parse_length_norm("0") == 0.0 and np.isclose(parse_length_norm("1.5"), 1.5)
-    with pytest.raises(UsageError, match="must be a number in"):
+    with pytest.raises(UsageError, match="a number in"):
         parse_length_norm("3")

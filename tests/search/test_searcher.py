@@ -195,5 +195,6 @@ def test_query_k_is_resolved_once_at_construction(tiny_encoder_session, indexes,
     searcher = Searcher(truncating, indexes[0])
     assert searcher.query_k == 7
     assert np.all(searcher.encode([Query("q", "vitamin d and bone density")]).active_per_row() <= 7)
-    with pytest.raises(ValueError, match="query_k=0 must be a positive integer"):
-        Searcher(tiny_encoder_session, indexes[0], query_k=0)
+    assert Searcher(truncating, indexes[0], query_k=0).query_k is None  # 0 keeps every dim, as --query-k 0
+    with pytest.raises(ValueError, match="query_k=-1"):
+        Searcher(tiny_encoder_session, indexes[0], query_k=-1)

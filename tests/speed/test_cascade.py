@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from uhdsearch.errors import UsageError
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
-from uhdsearch.search.cascade import Cascade, cascade_search, resolve_cascade, split_by_frequency
+from uhdsearch.search.cascade import Cascade, cascade_search, split_by_frequency
+from uhdsearch.search.options import SearchOptions, auto_cascade
 from uhdsearch.search.oracle import brute_force_scores
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.sparse import SparseEncoding
@@ -109,9 +110,9 @@ def test_a_query_without_rare_dims_is_searched_exactly():
 
 def test_the_searcher_turns_it_on_from_100k_documents_and_refuses_what_it_cannot_cascade(tiny_encoder_session,
                                                                                           mini_data, mini_encoding):
-    assert resolve_cascade("auto", 100_000, True) == Cascade() and resolve_cascade("auto", 99_999, True) is None
-    assert resolve_cascade("auto", 10**6, False) is None
-    assert resolve_cascade("auto", 100_000, True, 0.3) == Cascade(0.1, 300)  # length-normalized scores
+    assert auto_cascade(100_000, True) == Cascade() and auto_cascade(99_999, True) is None
+    assert auto_cascade(10**6, False) is None
+    assert auto_cascade(100_000, True, 0.3) == Cascade(0.1, 300)  # length-normalized scores
     ids = list(mini_data.corpus)
     binary = BinaryIndex.from_encoding(mini_encoding, ids, None, tiny_encoder_session.digest())
     assert Searcher(tiny_encoder_session, binary).cascade is None  # the mini corpus is far below 100k
@@ -130,8 +131,10 @@ def test_the_searcher_turns_it_on_from_100k_documents_and_refuses_what_it_cannot
         Searcher(tiny_encoder_session, weighted, scoring="weighted", cascade=Cascade())
     with pytest.raises(UsageError, match="cascade depth=0"):
         Cascade(0.1, 0)
-    with pytest.raises(UsageError, match="'auto', 'none' or FIRST_MAX_DF:DEPTH"):
-        from uhdsearch.search.cascade import parse_cascade
+    def parse_cascade(text):
+        return SearchOptions.parse({"cascade": text}).cascade
+
+    with pytest.raises(UsageError, match="auto, none \(exact\), or FIRST_MAX_DF:DEPTH"):
         parse_cascade("0.1")
     assert parse_cascade("0.1:100:probe") == Cascade(0.1, 100, forward=False)
     with pytest.raises(UsageError, match=r"FIRST_MAX_DF:DEPTH\[:probe\]"):

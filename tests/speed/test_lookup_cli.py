@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from uhdsearch.encoder.lookup import LookupEncoder
+from uhdsearch.encoder.query.table import LookupEncoder
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import format_run
@@ -44,7 +44,7 @@ def test_lookup_then_search_with_it(built, scifact_mini_dir, cli):
 
 
 def test_sentence_contexts_differ_from_document_contexts(built, scifact_mini_dir, cli):
-    from uhdsearch.encoder.lookup_corpus import CorpusTable, split_sentences
+    from uhdsearch.encoder.query.corpus_table import CorpusTable, split_sentences
     from uhdsearch.evaluation.datasets import load_corpus
 
     root, model, _ = built

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from uhdsearch.encoder.config import EncoderConfig
-from uhdsearch.encoder.lookup import LookupEncoder
+from uhdsearch.encoder.query.table import LookupEncoder
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.errors import ModelFormatError, UsageError
 from uhdsearch.index.inverted import BinaryIndex
@@ -76,7 +76,7 @@ CORPUS = ["vitamin d and bone density in older women", "the mouse genome", "hear
 
 @pytest.fixture(scope="module")
 def corpus_table(model):
-    from uhdsearch.encoder.lookup_corpus import CorpusTable
+    from uhdsearch.encoder.query.corpus_table import CorpusTable
 
     states = model.token_states(CORPUS, show_progress=False)
     ids = model.backbone.tokenizer(CORPUS, truncation=True, max_length=model.config.document_max_length)["input_ids"]

@@ -11,7 +11,8 @@ from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
-from uhdsearch.search.stopdims import DEFAULT_MAX_DF, MIN_DOCUMENTS, resolve_max_df
+from uhdsearch.search.options import SearchOptions, auto_max_df
+from uhdsearch.search.stopdims import DEFAULT_MAX_DF, MIN_DOCUMENTS
 from uhdsearch.types import format_run
 
 QUERY = "vitamin D deficiency and bone fractures in older women"
@@ -29,17 +30,16 @@ def _index(model, n: int, path=None) -> BinaryIndex:
 
 
 def test_resolve_max_df_floor_and_refusals():
-    assert resolve_max_df("auto", MIN_DOCUMENTS) == DEFAULT_MAX_DF == 0.3
-    assert resolve_max_df("auto", MIN_DOCUMENTS - 1) is None
-    assert resolve_max_df(0.1, 3) == 0.1 and resolve_max_df(None, 10**6) is None
+    assert auto_max_df(MIN_DOCUMENTS) == DEFAULT_MAX_DF == 0.3
+    assert auto_max_df(MIN_DOCUMENTS - 1) is None and auto_max_df(10**6, stop_dimensions=False) is None
     with pytest.raises(UsageError, match="max_df='often'"):
-        resolve_max_df("often", 10)
+        SearchOptions(max_df="often")
 
 
 def test_default_drops_stop_dims_on_large_indexes_only(model):
     large, small = _index(model, MIN_DOCUMENTS), _index(model, MIN_DOCUMENTS - 1)
     default = Searcher(model, large)
-    assert default.max_df == 0.3 and default.name == "uhd-binary"
+    assert default.max_df == 0.3 and default.name == "uhd-binary-norm"
     q_default = default.encode([_q()]).buckets[0]
     q_all = Searcher(model, large, max_df=None).encode([_q()]).buckets[0]
     assert set(q_default.indices) < set(q_all.indices)  # some query dims dropped, none added
@@ -47,7 +47,7 @@ def test_default_drops_stop_dims_on_large_indexes_only(model):
     assert np.all(df[q_default.indices] <= 0.3 * MIN_DOCUMENTS)
     assert np.any(df[np.setdiff1d(q_all.indices, q_default.indices)] > 0.3 * MIN_DOCUMENTS)
     assert format_run(default.search({"q": QUERY}, 20)) == \
-        format_run(Searcher(model, large, max_df=0.3, name="uhd-binary").search({"q": QUERY}, 20))
+        format_run(Searcher(model, large, max_df=0.3, name="uhd-binary-norm").search({"q": QUERY}, 20))
     below = Searcher(model, small)
     assert below.max_df is None and below.weighting is None
     # frequencies handed in (as the service does per snapshot) give the same search
@@ -72,7 +72,7 @@ def test_cli_default_is_auto_and_none_turns_it_off(model, tmp_path, cli):
             "--k", "10"]
     code, auto, err = cli(args)
     assert code == 0, err
-    assert auto == format_run(Searcher(model, index, max_df=0.3, name="uhd-binary").search({"q1": QUERY}, 10))
+    assert auto == format_run(Searcher(model, index, max_df=0.3, name="uhd-binary-norm").search({"q1": QUERY}, 10))
     code, none, err = cli(args + ["--max-df", "none"])
     assert code == 0, err
     assert none == format_run(Searcher(model, index, max_df=None).search({"q1": QUERY}, 10)) and none != auto

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder
+from uhdsearch.encoder.query.student import QueryStudent, StudentQueryEncoder
 from uhdsearch.errors import UsageError
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import format_run

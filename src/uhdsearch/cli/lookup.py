@@ -33,9 +33,9 @@ def lookup(
                                       "context-free row ([CLS] token [SEP]; a pass over the vocabulary, minutes)."),
 ) -> None:
     """Build MODEL/query_lookup.npz: an inference-free query encoder learned from the corpus's token contexts."""
-    from uhdsearch.encoder.lookup import LookupEncoder, build_table
-    from uhdsearch.encoder.lookup_corpus import SUMMARIES, CorpusTable
-    from uhdsearch.encoder.lookup_vote import check_vote
+    from uhdsearch.encoder.query.table import LookupEncoder, build_table
+    from uhdsearch.encoder.query.corpus_table import SUMMARIES, CorpusTable
+    from uhdsearch.encoder.query.vote import check_vote
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_corpus
 

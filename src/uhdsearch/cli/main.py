@@ -75,7 +75,7 @@ def quickstart(
         typer.echo(f"  {name:28s} " + "  ".join(f"{m} {v:.4f}" for m, v in scores.items()))
     seconds = done.seconds
     typer.echo(f"train {seconds['train']:.0f} s, index {seconds['index']:.0f} s, "
-               f"UHD-binary search {seconds['search_ms_per_query']:.1f} ms/query (encode + search, median)")
+               f"uhd-binary-norm search {seconds['search_ms_per_query']:.1f} ms/query (encode + search, median)")
     typer.echo(f"wrote {done.path}")
 
 
@@ -214,6 +214,8 @@ def search(
     k: int = typer.Option(10, "--k", help="Results per query."),
     scoring: Optional[str] = typer.Option(None, "--scoring", help="binary or weighted (default: the index's)."),
     query_k: Optional[int] = typer.Option(None, "--query-k", help="Override the model's query_k (0 = keep all)."),
+    bucket_weights: Optional[str] = typer.Option(None, "--bucket-weights", help="One weight per bucket, e.g. "
+                                                 "1,0.5 (default: the model's)."),
     wta_k: Optional[int] = typer.Option(None, "--wta-k", help="Override winners per token at inference."),
     rerank: Optional[Path] = typer.Option(None, "--rerank", help="TREC run whose candidates to re-rank."),
     onnx: bool = typer.Option(False, "--onnx", help="Run the backbone through ONNX Runtime: ~2x faster query "
@@ -241,63 +243,34 @@ def search(
                                           "gives the count)."),
 ) -> None:
     """Search an index; writes a TREC run to stdout."""
-    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.encoder.query import open_query_encoder
     from uhdsearch.evaluation.datasets import load_queries
-    from uhdsearch.types import format_run
-    from uhdsearch.index.impacts import open_index
+    from uhdsearch.index import open_index
+    from uhdsearch.search.options import SearchOptions, cli_spelling
     from uhdsearch.search.searcher import Searcher
-    from uhdsearch.types import Query, Run
+    from uhdsearch.types import Query, Run, format_run
 
     if (queries is None) == (query is None):
         raise UsageError("give exactly one of --queries FILE or --query TEXT")
     if k <= 0:
         raise UsageError(f"--k {k} must be a positive integer")
-    if scoring not in (None, "binary", "weighted"):
-        raise UsageError(f"--scoring {scoring!r}; choose binary or weighted")
+    options = SearchOptions.parse({"scoring": scoring, "query_k": query_k, "bucket_weights": bucket_weights,
+                                   "max_df": max_df, "idf": idf, "cascade": cascade, "length_norm": length_norm},
+                                  spell=cli_spelling)
     on_duplicate = {"error": "error", "keep-first": "first", "keep-last": "last"}.get(duplicate_queries)
     if on_duplicate is None:
         raise UsageError(f"--duplicate-queries {duplicate_queries!r}; choose error, keep-first or keep-last")
     items = list(load_queries(queries, on_duplicate).values()) if queries is not None else [Query("q1", query)]
-    overrides = {}
-    if wta_k is not None:
-        overrides["wta_k"] = wta_k
-    if query_k is not None:
-        overrides["query_k"] = query_k or None
-    from uhdsearch.search.stopdims import parse_max_df
-
-    from uhdsearch.search.cascade import parse_cascade
-
-    from uhdsearch.search.lengthnorm import parse_length_norm
-
-    threshold = parse_max_df(max_df)
-    two_pass = parse_cascade(cascade)
-    alpha = parse_length_norm(length_norm)
     if lookup and (onnx or wta_k is not None):
         raise UsageError("--lookup encodes queries by a table fixed when `uhdsearch lookup` built it: --onnx and "
                          "--wta-k do not apply to it")
     if lookup and student is not None:
         raise UsageError("--lookup and --student are two query encoders: give one")
-    encoder = UHDEncoder.from_pretrained(model, **overrides)
-    if student is not None:  # read before the index is opened: a wrong file fails fast
-        from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder
-
-        encoder = StudentQueryEncoder(encoder, QueryStudent.load(student, encoder.backbone), onnx=onnx)
-    elif onnx:
-        encoder.use_onnx_runtime()
-    from uhdsearch.index.live.commit import list_generations
-    from uhdsearch.index.live.segments import SegmentedIndex
-
-    # A directory with commit files is a segmented index (uhdsearch index --ray, live updates); else a static one.
-    segmented = index_dir.is_dir() and bool(list_generations(index_dir))
-    index = SegmentedIndex.open(index_dir) if segmented else open_index(index_dir)
-    if lookup:  # inference-free queries: the table `uhdsearch lookup` saved beside the model
-        from uhdsearch.encoder.lookup import LookupEncoder
-
-        table = LookupEncoder.load(model, UHDEncoder.from_pretrained(model) if overrides else encoder)
-        table.config = encoder.config  # --query-k applies to the looked-up queries too
-        encoder = table
-    searcher = Searcher(encoder, index, scoring=scoring, max_df=threshold, idf=idf, cascade=two_pass,
-                        length_norm=alpha)
+    kind = "table" if lookup else "student" if student is not None else "onnx" if onnx else "full"
+    # read before the index is opened: a wrong table or student file fails fast
+    encoder = open_query_encoder(model, kind, student=student, onnx=onnx and student is not None, wta_k=wta_k)
+    index = open_index(index_dir)  # static, impact planes or segmented (uhdsearch index --ray, live updates)
+    searcher = Searcher(encoder, index, options=options)
     run = searcher.rerank(items, Run.load(str(rerank)), k) if rerank else searcher.search(items, k)
     sys.stdout.write(format_run(run))
 
@@ -335,6 +308,9 @@ def compare_systems(
     k: int = typer.Option(1000, "--k", help="Results per query."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
     list_systems: bool = typer.Option(False, "--list", help="Print the registered system names and exit."),
+    search_option: Optional[list[str]] = typer.Option(None, "--search", help="KEY=VALUE: a search option of the "
+                                                      "'uhd' system, as `uhdsearch search` takes it (e.g. "
+                                                      "max_df=0.2, length_norm=none); repeatable."),
 ) -> None:
     """Build or train each system, evaluate on --split, print a table with paired t-tests against bm25."""
     from uhdsearch.experiments import SYSTEMS, run_comparison
@@ -350,11 +326,28 @@ def compare_systems(
         raise UsageError(f"--k {k} must be a positive integer")
     if document_max_length <= 0:
         raise UsageError(f"--document-max-length {document_max_length} must be a positive integer")
+    options = _search_options(search_option or [])
     report = run_comparison(data, systems, train_data_dir=train_data, split=split, fast=fast, backbone=backbone,
-                            uhd_model=uhd_model, max_length=document_max_length, k=k, out_path=out, overwrite=overwrite)
+                            uhd_model=uhd_model, max_length=document_max_length, k=k, out_path=out, overwrite=overwrite,
+                            search_options=options)
     typer.echo(report.format_table())
     if out is not None:
         typer.echo(f"wrote {out}")
+
+
+def _search_options(pairs: list[str]):
+    """compare's --search KEY=VALUE pairs -> SearchOptions (None when none are given)."""
+    from uhdsearch.search.options import SearchOptions, cli_spelling
+
+    if not pairs:
+        return None
+    values = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--search {pair!r}: give KEY=VALUE, e.g. max_df=0.2")
+        values[key.strip().replace("-", "_")] = value.strip()
+    return SearchOptions.parse(values, spell=cli_spelling)
 
 
 from uhdsearch.cli.serve import serve  # noqa: E402

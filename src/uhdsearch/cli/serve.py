@@ -135,6 +135,7 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
                  typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path], int] | None = None,
                  onnx_threads: int | None = None, lookup: bool = False, student: Optional[Path] = None):
     from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.encoder.query import open_query_encoder
     from uhdsearch.evaluation.datasets import load_corpus
     from uhdsearch.serving.service import SearchService
 
@@ -143,19 +144,13 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
     if sharding is not None and (lookup or student is not None):
         raise UsageError("--lookup and --student do not combine with --shards (whose actors encode with the full "
                          "model)")
-    encoder = UHDEncoder.from_pretrained(model)
-    if onnx_threads and student is None:
-        encoder.use_onnx_runtime(threads=onnx_threads)
-    query_encoder = None  # read before the corpus, BM25 and the index (a writable one is locked)
-    if lookup:
-        from uhdsearch.encoder.lookup import LookupEncoder
-
-        query_encoder = LookupEncoder.load(model, encoder)
-    elif student is not None:
-        from uhdsearch.encoder.query_student import QueryStudent, StudentQueryEncoder
-
-        query_encoder = StudentQueryEncoder(encoder, QueryStudent.load(student, encoder.backbone),
-                                    onnx=onnx_threads is not None, threads=onnx_threads)
+    encoder = UHDEncoder.from_pretrained(model)  # documents, /explain's tokens, and queries unless told otherwise
+    kind = "table" if lookup else "student" if student is not None else "onnx" if onnx_threads else "full"
+    # read before the corpus, BM25 and the index (a writable one is locked)
+    query_encoder = open_query_encoder(model, kind, model=encoder, student=student,
+                                       onnx=student is not None and onnx_threads is not None, threads=onnx_threads)
+    if query_encoder is encoder:  # the full model (in ONNX Runtime with --onnx) encodes queries too
+        query_encoder = None
     corpus = None
     if data is not None:
         corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)

@@ -40,6 +40,7 @@ class SystemContext:
         fast: Use the quickstart's fast UHD recipe.
         recipe: Explicit UHD recipe (overrides fast).
         uhd_model_dir: A trained UHD model to evaluate as it is (no training; overrides recipe and fast).
+        search_options: The SearchOptions of the "uhd" system (None: SearchOptions.default()).
         max_length: Document token limit for every neural system.
         k: Result depth.
     """
@@ -48,12 +49,12 @@ class SystemContext:
                  in_domain: bool, backbone_dir: str | os.PathLike | None = None, fast: bool = False,
                  recipe: Any = None, max_length: int = 256, k: int = 1000, show_progress: bool = True,
                  source_name: str | None = None, source_dir: str | os.PathLike | None = None,
-                 uhd_model_dir: str | os.PathLike | None = None) -> None:
+                 uhd_model_dir: str | os.PathLike | None = None, search_options: Any = None) -> None:
         self.data, self.train_data, self.train_documents = data, train_data, train_documents
         self.source_name, self.source_dir = source_name or data.name, source_dir
         self.in_domain, self.backbone_dir, self.fast, self.recipe = in_domain, backbone_dir, fast, recipe
         self.max_length, self.k, self.show_progress = max_length, k, show_progress
-        self.uhd_model_dir = uhd_model_dir
+        self.uhd_model_dir, self.search_options = uhd_model_dir, search_options
         self.documents = list(data.corpus.values())
         self.build_seconds: dict[str, float] = {}
         self.shared_seconds: dict[str, float] = {}
@@ -72,7 +73,8 @@ class SystemContext:
             train_data_dir: Out-of-domain training collection; None or the same directory: in domain (the
                 collection's own train split when it has one, else ICT pairs of its corpus).
             split: The qrels split to evaluate on.
-            settings: backbone_dir, fast, recipe, uhd_model_dir, max_length, k, show_progress (see the class).
+            settings: backbone_dir, fast, recipe, uhd_model_dir, max_length, k, show_progress,
+                search_options (see the class).
 
         Raises:
             FileNotFoundError: a missing collection, split or training directory.

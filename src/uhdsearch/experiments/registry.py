@@ -35,7 +35,7 @@ class System:
         build: builder(ctx) -> retriever.
         fits_on_source: Fits unsupervised post-processing on the source corpus (out of domain: not the target).
         trains_on_source: Trains a learned part on the source collection (out of domain: not the target).
-        standalone: The common-signature builder of `uhdsearch.baselines.dense_systems` (corpus, queries_train,
+        standalone: The common-signature builder of `uhdsearch.experiments.builders` (corpus, queries_train,
             qrels_train, backbone_dir, states, **options) with this system's options fixed, or None.
     """
 

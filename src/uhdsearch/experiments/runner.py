@@ -14,6 +14,7 @@ from uhdsearch.experiments.context import SystemContext
 from uhdsearch.experiments.registry import BASELINE, resolve_systems
 from uhdsearch.experiments.report import ComparisonReport, results_json
 from uhdsearch.io import write_json
+from uhdsearch.search.options import SearchOptions
 from uhdsearch.types import Retriever, Run, check_k
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ def run_comparison(
     out_path: str | os.PathLike | None = None,
     overwrite: bool = False,
     show_progress: bool = True,
+    search_options: Any = None,
 ) -> ComparisonReport:
     """Build or train each system on one collection, search its `split`, compare with BM25, write JSON.
 
@@ -58,6 +60,9 @@ def run_comparison(
         out_path: Where to write the results JSON (e.g. ``benchmarks/results/baselines_scifact.json``); None: nowhere.
         overwrite: Replace an existing `out_path`.
         show_progress: tqdm bars on stderr.
+        search_options: The SearchOptions (or a mapping of option strings, as `SearchOptions.parse` takes) the
+            "uhd" system searches with; None: SearchOptions.default(). The presets keep their own: "uhd-binary"
+            and "uhd-weighted" are SearchOptions.paper(), "uhd-binary-norm" SearchOptions.default().
 
     Returns:
         A ComparisonReport; ``results`` is ``{"dataset", "split", "systems": {name: {measure: value}},
@@ -70,10 +75,13 @@ def run_comparison(
     """
     names = resolve_systems(systems)
     check_k(k)
+    if search_options is not None and not isinstance(search_options, SearchOptions):
+        search_options = SearchOptions.parse(search_options)
     if out_path is not None and Path(out_path).exists() and not overwrite:
         raise FileExistsError(f"{out_path} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
     ctx = SystemContext.load(data_dir, train_data_dir, split, backbone_dir=backbone, fast=fast, recipe=recipe,
-                             uhd_model_dir=uhd_model, max_length=max_length, k=k, show_progress=show_progress)
+                             uhd_model_dir=uhd_model, max_length=max_length, k=k, show_progress=show_progress,
+                             search_options=search_options)
     runs: dict[str, Run] = {}
     search_seconds: dict[str, float] = {}
     built: dict[str, Retriever] = {}

@@ -1,1 +1,5 @@
+"""Indexes: the searchable-index contract (base), static (inverted, impacts), live (live/), the kernels;
+`open_index(path)` opens any of them from disk (opener.py)."""
+from uhdsearch.index.opener import index_kind, open_index
 
+__all__ = ["index_kind", "open_index"]

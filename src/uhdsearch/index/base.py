@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -68,6 +68,35 @@ class SearchableIndex(Protocol):
     def warm_up(self, background: bool = False) -> threading.Thread | None:
         """Fault memory-mapped pages in now rather than during the first searches."""
         ...
+
+    # What a search may ask beyond search_encoded (IndexCapabilities below gives each its cautious default);
+    # searches read these members rather than probing attributes.
+    stop_dimensions_by_default: ClassVar[bool]
+    length_norm_supported: ClassVar[bool]
+    answers_overlap_counts: ClassVar[bool]
+    has_document_vectors: ClassVar[bool]
+    scores_own_contributions: ClassVar[bool]
+    takes_writes: ClassVar[bool]
+
+    def keep_forward(self, max_share: float, n_queries: int = 0, after: int = 0) -> None: ...
+
+
+class IndexCapabilities:
+    """SearchableIndex's capability members with their cautious defaults; every index class inherits them and
+    overrides what it can do."""
+
+    stop_dimensions_by_default = True  # max_df="auto" may drop stop dims (impact planes: no)
+    length_norm_supported = True  # its dims are the documents' active dims (impact planes: no)
+    answers_overlap_counts = False  # overlap_counts(): the cascade's second pass
+    has_document_vectors = False  # document_vectors(): rerank's exact binary overlaps
+    scores_own_contributions = False  # contributions(): /explain's per-dim scores
+    takes_writes = False  # a segmented index: add, delete, commit (open_index(writable=True))
+    generation: int | None = None  # the commit a segmented index reads; None for a static one
+
+    def keep_forward(self, max_share: float, n_queries: int = 0, after: int = 0) -> None:
+        """Keep doc-major rows of the dims active in more than `max_share` of the documents (the cascade's
+        second pass); without them overlap_counts probes the postings."""
+        return None
 
 
 def hits_per_query(

@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from uhdsearch.errors import DimensionMismatchError, IndexFormatError, UsageError
+from uhdsearch.index.base import IndexCapabilities
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, encode_corpus
 from uhdsearch.sparse import SparseEncoding
 
@@ -108,7 +109,7 @@ def query_planes(queries: SparseEncoding, doc_bits: int, query_bits: int) -> Spa
     return SparseEncoding(out, queries.truncated)
 
 
-class ImpactPlanes:
+class ImpactPlanes(IndexCapabilities):
     """A binary index of document planes and what it takes to search it with float queries.
 
     Searchable like a weighted index (`variant` "weighted", `search_encoded(..., "weighted")`), so `Searcher` and
@@ -129,6 +130,7 @@ class ImpactPlanes:
     # dim and 0.7939 without those above 0.3 (benchmarks/impact_planes.py)
     stop_dimensions_by_default = False
     length_norm_supported = False  # its binary dims are value planes, not the documents' active dims
+    scores_own_contributions = True  # it quantizes the query as a whole: contributions() says what each dim adds
 
     def __init__(self, index: BinaryIndex, dim: int, doc_bits: int, query_bits: int, edges: list[np.ndarray],
                  document_frequencies: list[np.ndarray]):
@@ -275,9 +277,3 @@ def refuse_planes(index: InvertedIndex, what: str) -> None:
     if META_KEY in index.meta:
         raise UsageError(f"{index.path} is an impact-plane index; {what} takes binary or weighted indexes "
                          "(build one with `uhdsearch index --variant binary|weighted`)")
-
-
-def open_index(path: str | os.PathLike, mmap: bool | None = None):
-    """A static index directory: its ImpactPlanes when its manifest says it holds planes, else the InvertedIndex."""
-    index = InvertedIndex.load(path, mmap=mmap)
-    return ImpactPlanes.of_index(index) if META_KEY in index.meta else index

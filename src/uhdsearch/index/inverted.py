@@ -21,8 +21,8 @@ import scipy.sparse as sp
 
 from uhdsearch.errors import IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
+from uhdsearch.index.base import IndexCapabilities, Scoring, check_overlap_args, check_search_args
 from uhdsearch.index.checks import check_bucket
-from uhdsearch.index.base import Scoring, check_overlap_args, check_search_args
 from uhdsearch.index.forward import KeptStores, overlap_counts
 from uhdsearch.index.kernels import dispatch
 from uhdsearch.index.kernels.lengths import document_lengths, length_scales
@@ -48,13 +48,15 @@ class Postings:
     weights: np.ndarray | None  # (n_postings,) float32, or None for a binary index
 
 
-class InvertedIndex:
+class InvertedIndex(IndexCapabilities):
     """Base for BinaryIndex and WeightedIndex; `variant` says whether posting weights are stored.
 
     Each bucket is a `CompressedPostings` (bitmaps for frequent dims, bit-packed blocks for the rest).
     """
 
     variant: ClassVar[fmt.Variant]
+    answers_overlap_counts = True
+    has_document_vectors = True
 
     def __init__(self, buckets: list[CompressedPostings], doc_ids: list[str], dim: int, meta: dict[str, Any],
                  path: Path | None):

@@ -19,10 +19,9 @@ import numpy as np
 
 from uhdsearch.errors import IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
-from uhdsearch.index.base import Scoring, check_search_args
+from uhdsearch.index.base import IndexCapabilities, Scoring, check_search_args
 from uhdsearch.index.impacts import refuse_planes
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
-from uhdsearch.index.live.commit import list_generations
 from uhdsearch.index.live.segment_search import merge_top
 from uhdsearch.index.live.segments import SegmentedIndex
 from uhdsearch.scale.cluster import connect, positive
@@ -33,12 +32,12 @@ logger = logging.getLogger(__name__)
 
 
 def open_index(path: str | os.PathLike) -> InvertedIndex | SegmentedIndex:
-    """A static index, or a segmented one (a directory with commit files) opened read-only; memory-mapped."""
-    path = Path(path)
-    if path.is_dir() and list_generations(path):
-        return SegmentedIndex.open(path, mmap=True)
-    index = InvertedIndex.load(path, mmap=True)
-    refuse_planes(index, "sharding")
+    """A static index, or a segmented one opened read-only; memory-mapped (impact planes are refused)."""
+    from uhdsearch.index import index_kind, open_index as open_any
+
+    index = open_any(path, mmap=True)
+    if index_kind(path) == "planes":
+        refuse_planes(index.index, "sharding")  # its binary dims are value planes
     return index
 
 
@@ -124,7 +123,7 @@ class _ShardActor:
         return True
 
 
-class ShardedIndex:
+class ShardedIndex(IndexCapabilities):
     """Shards of one index on Ray actors, searched in parallel; results equal the unsharded index's.
 
     Args:

@@ -63,59 +63,6 @@ class Cascade:
             raise UsageError(f"cascade forward={self.forward!r} must be True or False")
 
 
-def resolve_cascade(cascade, n_documents: int, can_cascade: bool, length_norm: float = 0.0) -> Cascade | None:
-    """"auto" -> on indexes of MIN_DOCUMENTS or more that can take it, Cascade() for plain counts and
-    Cascade(*NORMALIZED) for length-normalized ones (each the fastest cell of its grid that
-    loses nothing on SciFact train, benchmarks/cascade.py); else None.
-
-    Example:
-        >>> resolve_cascade("auto", 1_000_000, True), resolve_cascade("auto", 5183, True)
-        (Cascade(first_max_df=0.1, depth=100, forward=True), None)
-        >>> resolve_cascade("auto", 1_000_000, True, length_norm=0.3).depth
-        300
-    """
-    if isinstance(cascade, str):
-        if cascade != "auto":
-            raise UsageError(f"cascade={cascade!r}; give a Cascade, None, or 'auto'")
-        if not (can_cascade and n_documents >= MIN_DOCUMENTS):
-            return None
-        return Cascade(*NORMALIZED) if length_norm else Cascade()
-    if cascade is not None and not isinstance(cascade, Cascade):
-        raise UsageError(f"cascade={cascade!r}; give a Cascade, None, or 'auto'")
-    if cascade is not None and not can_cascade:
-        raise UsageError("the cascade needs binary scoring over a binary, weighted or segmented index (not weighted "
-                         "scoring, impact planes or a bucket predictor); search exactly with cascade none")
-    return cascade
-
-
-def parse_cascade(text: str) -> Cascade | str | None:
-    """--cascade: "auto", "none", or FIRST_MAX_DF:DEPTH, with ":probe" to probe the postings in the second pass
-    rather than keep doc-major rows in memory.
-
-    Example:
-        >>> parse_cascade("auto"), parse_cascade("none"), parse_cascade("0.05:300")
-        ('auto', None, Cascade(first_max_df=0.05, depth=300, forward=True))
-        >>> parse_cascade("0.1:100:probe").forward
-        False
-    """
-    word = text.strip().lower()
-    if word in ("auto", "none"):
-        return None if word == "none" else "auto"
-    parts = text.strip().split(":")
-    probe = len(parts) == 3 and parts[2].strip().lower() == "probe"
-    try:
-        if len(parts) != 2 + probe:
-            raise ValueError
-        numbers = float(parts[0]), int(parts[1])
-    except ValueError:
-        raise UsageError(f"--cascade {text!r}: give 'auto', 'none' or FIRST_MAX_DF:DEPTH[:probe], e.g. 0.1:100") \
-            from None
-    try:
-        return Cascade(*numbers, forward=not probe)
-    except UsageError as exc:
-        raise UsageError(f"--cascade {text!r}: {exc}") from None
-
-
 def split_by_frequency(queries: SparseEncoding, document_frequencies, limit: float) -> tuple[SparseEncoding,
                                                                                            SparseEncoding]:
     """(rare, frequent): the query dims active in at most `limit` documents, and the rest."""
@@ -143,7 +90,7 @@ def cascade_search(index, queries: SparseEncoding, document_frequencies, k: int,
     rare, frequent = split_by_frequency(queries, document_frequencies, cascade.first_max_df * n_documents)
     numbers, scores = index.search_encoded(rare, max(k, cascade.depth), bucket_weights, scoring, n_threads=n_threads,
                                            length_norm=length_norm)
-    if cascade.forward and hasattr(index, "keep_forward"):  # a segmented index probes its parts
+    if cascade.forward:  # a segmented index keeps no rows: it probes its parts
         index.keep_forward(cascade.first_max_df, queries.n, FORWARD_AFTER)
     scales = index.length_scales(length_norm) if length_norm else None
     out_numbers = np.full((queries.n, depth), -1, np.int64)

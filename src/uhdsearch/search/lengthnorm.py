@@ -12,52 +12,6 @@ similar documents and worse when very short documents are mixed in: they lift ev
 """
 from __future__ import annotations
 
-from uhdsearch.errors import UsageError
-from uhdsearch.index.base import check_length_norm
-from uhdsearch.search.stopdims import AUTO
 LENGTH_NORM = 0.3  # alpha chosen on SciFact train (benchmarks/length_norm.py)
 
 
-def resolve_length_norm(length_norm, kernel_scoring: str, index, bucket_predictor) -> float:
-    """The alpha a Searcher passes to search_encoded: "auto" -> LENGTH_NORM for plain binary scoring on an index
-    that supports it, else 0; None -> 0; a number is checked and kept.
-
-    Example:
-        >>> resolve_length_norm("auto", "binary", object(), None), resolve_length_norm("auto", "weighted", object(), None)
-        (0.3, 0.0)
-    """
-    supported = getattr(index, "length_norm_supported", True)
-    if isinstance(length_norm, str):
-        if length_norm != AUTO:
-            raise UsageError(f"length_norm={length_norm!r}; give a number in [0, 2], None, or 'auto'")
-        return LENGTH_NORM if (kernel_scoring == "binary" and supported and bucket_predictor is None) else 0.0
-    if length_norm is None:
-        return 0.0
-    if length_norm and not supported:
-        raise UsageError(f"{type(index).__name__} does not support length_norm (its dims are not the documents' "
-                         "active dims); pass length_norm=None")
-    check_length_norm(length_norm, kernel_scoring)
-    if length_norm and bucket_predictor is not None:
-        raise UsageError("a bucket predictor was fitted on plain counts; it cannot be combined with length_norm")
-    return float(length_norm)
-
-
-def parse_length_norm(text: str) -> float | str | None:
-    """--length-norm: "auto", "none", or ALPHA.
-
-    Example:
-        >>> parse_length_norm("auto"), parse_length_norm("none"), parse_length_norm("0.5")
-        ('auto', None, 0.5)
-    """
-    word = text.strip().lower()
-    if word in (AUTO, "none"):
-        return None if word == "none" else AUTO
-    try:
-        value = float(word)
-    except ValueError:
-        raise UsageError(f"--length-norm {text!r}: give 'auto', 'none' or a number in [0, 2], e.g. 0.4") from None
-    try:
-        check_length_norm(value, "binary")
-    except UsageError as exc:
-        raise UsageError(f"--length-norm {text!r}: {exc}") from None
-    return value

@@ -1,49 +1,59 @@
-"""Searcher(encoder, index): drop empty queries -> encode once -> query_k -> score -> top-k -> Run."""
+"""Searcher(encoder, index): drop empty queries -> encode once -> query_k -> score -> top-k -> Run.
+
+A Searcher binds one query encoder to one index and checks them once; the search settings (SearchOptions,
+search/options.py) may change per call, and what it derives from the index (search/index_facts.py) is built once.
+"""
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from uhdsearch.encoder.query import QueryEncoder
 from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.base import Scoring, SearchableIndex, hits_per_query
-from uhdsearch.search.cascade import Cascade, cascade_search, resolve_cascade
-from uhdsearch.search.lengthnorm import resolve_length_norm
-from uhdsearch.search.stopdims import AUTO, QueryWeighting, resolve_max_df
+from uhdsearch.search.cascade import Cascade, cascade_search
+from uhdsearch.search.index_facts import IndexFacts
+from uhdsearch.search.options import ResolvedOptions, SearchOptions
+from uhdsearch.search.stopdims import AUTO, QueryWeighting
 from uhdsearch.topk import tie_order
 from uhdsearch.sparse import SparseEncoding
-from uhdsearch.types import Query, Run, ScoredDoc, as_queries, check_k, start_run
+from uhdsearch.types import Query, Run, ScoredDoc, as_queries, start_run
 
 logger = logging.getLogger(__name__)
 
 MAX_QUERY_CHARS = 10_000  # longer input is cut before tokenizing; the model sees 32 tokens anyway
+MAX_PLANS = 64  # resolved option sets kept per Searcher (a server's requests may vary their bucket weights)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One SearchOptions resolved for this Searcher's index, with its query weighting built."""
+
+    resolved: ResolvedOptions
+    weighting: QueryWeighting | None
+    rank_idf: list[np.ndarray] | None  # query_selection="value-idf"
 
 
 class Searcher:
     """Full ranking and re-ranking with a UHD encoder over an inverted index.
 
+    The keyword arguments are the default SearchOptions of `search` and `rerank` (search/options.py documents
+    each one, its default and its range); `options=` gives them as one SearchOptions instead, and each call may
+    pass its own.
+
     Args:
-        query_k: top dimensions kept per query bucket (Table 4); None: the encoder config's query_k.
-        max_df: drop query dims active in more than this fraction of the index's documents (stop dimensions),
-            before query_k; None keeps them; "auto" (the default): 0.3 on indexes of 1,000 documents or more,
-            none below (search/stopdims.py says how both were chosen), and none with a bucket predictor.
-        document_frequencies: the index's per-bucket document frequencies, when the caller already read them (a
-            service reuses them for every request on one index snapshot).
-        idf: weight the query dims by IDF: binary scoring sums 4-bit IDF levels of the shared dims (exact, 1.0-1.3x
-            the time of binary at 1M documents), weighted scoring multiplies the query values by the IDF.
-        bucket_predictor: a BucketWeightPredictor (search/bucket_predictor.py, e.g. `.load(model_dir)`): search()
-            picks each query's bucket weights with it instead of `bucket_weights`.
-        cascade: a `Cascade` (search/cascade.py): the rare query dims choose candidates, the frequent ones are
-            counted for those only; not exact. "auto" (the default): on indexes of 100,000 documents or more with
-            binary scoring, `Cascade()` (0.1:100) for plain counts and 0.1:300 with length normalization; none
-            below; None: exact search.
-        length_norm: divide each bucket's binary count by the document's active dims ** length_norm
-            (search/lengthnorm.py). "auto" (the default): 0.3 with binary scoring (not idf, not a bucket
-            predictor), off otherwise; None or 0: plain counts, the paper's score.
+        encoder: a query encoder (`config`, `digest()`, `encode(texts, "query")`): a UHDEncoder, a lookup table,
+            a query student.
+        index: a SearchableIndex of the same dim and buckets.
+        document_frequencies: the index's per-bucket document frequencies, when the caller already read them.
 
     Example:
         >>> from uhdsearch.encoder.config import EncoderConfig
@@ -53,14 +63,16 @@ class Searcher:
         >>> texts = ["vitamin d and bone density", "the mouse genome", "heart failure after surgery"]
         >>> index = BinaryIndex.from_encoding(model.encode_document(texts, show_progress=False),
         ...                                   ["d1", "d2", "d3"], None, model.digest())
-        >>> run = Searcher(model, index).search({"q1": "vitamin d and bone density"}, k=2)
-        >>> run["q1"][0].doc_id
+        >>> searcher = Searcher(model, index)
+        >>> searcher.search({"q1": "vitamin d and bone density"}, k=2)["q1"][0].doc_id
         'd1'
+        >>> searcher.search({"q1": "the mouse genome"}, k=1, options=SearchOptions.paper())["q1"][0].doc_id
+        'd2'
     """
 
     def __init__(
         self,
-        encoder,
+        encoder: QueryEncoder,
         index: SearchableIndex,
         scoring: Scoring | None = None,
         query_k: int | None = None,
@@ -73,6 +85,8 @@ class Searcher:
         document_frequencies: list[np.ndarray] | None = None,
         cascade: Cascade | str | None = AUTO,
         length_norm: float | str | None = AUTO,
+        *,
+        options: SearchOptions | None = None,
     ) -> None:
         config = encoder.config
         # Checked here, once, with the encoder named: the index's own checks only see encoded queries.
@@ -90,79 +104,63 @@ class Searcher:
                            index.path, index.encoder_digest, encoder.digest())
         self.encoder = encoder
         self.index = index
-        self.scoring: Scoring = scoring or index.variant
-        if self.scoring not in ("binary", "weighted"):
-            raise UsageError(f"scoring={self.scoring!r}; choose 'binary' or 'weighted'")
-        if self.scoring == "weighted" and index.variant != "weighted":
-            raise UsageError("weighted scoring needs a weighted index; build one with WeightedIndex")
-        self.query_k = config.query_k if query_k is None else check_k(query_k, "query_k")
-        if query_selection not in ("value", "value-idf"):
-            raise UsageError(f"query_selection={query_selection!r}; choose 'value' or 'value-idf'")
-        self.query_selection = query_selection
-        self._idf = None
-        if query_selection == "value-idf":
-            # Rank query dims by value x idf so that "stop dimensions" active in most documents go first.
-            n = index.n_documents
-            self._idf = [np.log((n + 1) / (index.document_frequencies(b) + 1)) for b in range(index.n_buckets)]
-        # document frequencies read once here (a segmented index sums them over its live documents)
-        explicit = max_df if max_df != AUTO else None  # only an explicit threshold renames the run
-        # "auto" keeps every dim with a bucket predictor (its features saw every dim) and on indexes that say
-        # stop dimensions do not pay on them (impact planes: SciFact train 0.8021 with every dim, 0.7939 at 0.3)
-        no_stop_dims = bucket_predictor is not None or not getattr(index, "stop_dimensions_by_default", True)
-        max_df = resolve_max_df(None if (max_df == AUTO and no_stop_dims) else max_df, index.n_documents)
-        self.max_df = max_df
-        self._kernel_scoring: Scoring = "quantized" if (idf and self.scoring == "binary") else self.scoring
-        if bucket_predictor is not None and cascade not in (AUTO, None):
-            raise UsageError("a bucket predictor cannot be combined with the cascade (its weights differ per query)")
-        self.length_norm = resolve_length_norm(length_norm, self._kernel_scoring, index, bucket_predictor)
-        self.cascade = resolve_cascade(
-            None if (cascade == AUTO and bucket_predictor is not None) else cascade, index.n_documents,
-            self._kernel_scoring != "weighted" and hasattr(index, "overlap_counts") and bucket_predictor is None,
-            self.length_norm)
-        if document_frequencies is not None:
-            if len(document_frequencies) != index.n_buckets or any(
-                    np.shape(f) != (index.dim,) for f in document_frequencies):
-                raise DimensionMismatchError(f"document_frequencies: give one ({index.dim},) array per bucket "
-                                             f"({index.n_buckets})")
-        elif max_df is not None or idf or self.cascade is not None:
-            document_frequencies = [np.asarray(index.document_frequencies(b), np.int64)
-                                    for b in range(index.n_buckets)]
-        self._document_frequencies = document_frequencies
-        self.weighting = None if (max_df is None and not idf) else QueryWeighting(
-            document_frequencies, int(index.n_documents), max_df, idf)
-        weights = tuple(float(w) for w in bucket_weights) if bucket_weights is not None else config.weights
-        if not all(np.isfinite(weights)):
-            raise UsageError(f"bucket_weights={list(weights)} must be finite numbers")
-        if len(weights) != index.n_buckets:  # rerank scores without the index's search_encoded, which checks this
-            raise UsageError(f"{len(weights)} bucket weights for {index.n_buckets} buckets")
-        self.bucket_weights = weights
-        if bucket_predictor is not None:
-            if bucket_predictor.n_buckets != index.n_buckets:
-                raise UsageError(f"the bucket predictor weighs {bucket_predictor.n_buckets} buckets; the index has "
-                                 f"{index.n_buckets}")
-            if self.weighting is not None:  # its features were computed on unweighted queries
-                raise UsageError("a bucket predictor cannot be combined with max_df or idf query weighting")
-            if bucket_predictor.scoring != self.scoring or self._kernel_scoring != self.scoring:
-                raise UsageError(f"the bucket predictor was fitted for {bucket_predictor.scoring} scoring; this "
-                                 f"searcher scores {self._kernel_scoring}")
-        self.bucket_predictor = bucket_predictor
-        named_norm = f"-ln{self.length_norm:g}" if length_norm not in (AUTO, None) and self.length_norm else ""
-        named_cascade = f"-cascade{self.cascade.first_max_df:g}x{self.cascade.depth}" if cascade != AUTO and \
-            self.cascade else ""
-        self.name = name or (f"uhd-{self.scoring}" + ("-idf" if idf else "") + (f"-df{explicit:g}" if explicit else "")
-                             + named_norm + named_cascade)
-        self._documents: SparseEncoding | None = None  # the index's vectors, loaded by the first rerank
+        self.facts = IndexFacts(index, document_frequencies)
+        if options is None:
+            options = SearchOptions(scoring, query_k, query_selection,
+                                    None if bucket_weights is None else tuple(bucket_weights), max_df, idf, cascade,
+                                    length_norm, bucket_predictor, name)
+        self.options = options
+        self._plans: OrderedDict = OrderedDict()
+        self._plans_lock = threading.Lock()
+        default = self.resolve(options)  # the default options are checked now, not on the first search
+        self.scoring, self.query_k, self.query_selection = default.scoring, default.query_k, options.query_selection
+        self.max_df, self.cascade, self.length_norm = default.max_df, default.cascade, default.length_norm
+        self.bucket_weights, self.bucket_predictor, self.name = default.bucket_weights, options.bucket_predictor, \
+            default.name
 
-    def warm_up(self) -> None:
+    @property
+    def weighting(self) -> QueryWeighting | None:
+        """The default options' query weighting (stop dimensions, IDF), or None."""
+        return self._plan(None).weighting
+
+    def resolve(self, options: SearchOptions | None = None) -> ResolvedOptions:
+        """`options` (default: this Searcher's) with every "auto" decided for this index."""
+        return self._plan(options).resolved
+
+    def _plan(self, options: SearchOptions | None) -> _Plan:
+        options = self.options if options is None else options
+        if not isinstance(options, SearchOptions):
+            raise UsageError(f"options must be a SearchOptions, got {type(options).__name__}")
+        key = (options.replace(bucket_predictor=None), id(options.bucket_predictor))  # a predictor is unhashable
+        with self._plans_lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                return plan
+        resolved = options.resolve(self.index, self.encoder.config)
+        weighting = QueryWeighting(self.facts.document_frequencies, int(self.index.n_documents), resolved.max_df,
+                                   resolved.idf) if resolved.weighs_queries else None
+        rank_idf = self.facts.rank_idf if options.query_selection == "value-idf" else None
+        plan = _Plan(resolved, weighting, rank_idf)
+        with self._plans_lock:
+            self._plans[key] = plan
+            if len(self._plans) > MAX_PLANS:
+                self._plans.popitem(last=False)
+        return plan
+
+    def warm_up(self, options: SearchOptions | None = None) -> None:
         """Prepare what later searches would otherwise build on their way: the index's pages and document lengths
-        (index.warm_up), and the cascade's doc-major rows (index.keep_forward) when this searcher cascades."""
-        if hasattr(self.index, "warm_up"):
-            self.index.warm_up()
-        if self.cascade is not None and self.cascade.forward and hasattr(self.index, "keep_forward"):
-            self.index.keep_forward(self.cascade.first_max_df)
+        (index.warm_up), and the cascade's doc-major rows (index.keep_forward) when these options cascade."""
+        cascade = self.resolve(options).cascade
+        self.index.warm_up()
+        if cascade is not None and cascade.forward:
+            self.index.keep_forward(cascade.first_max_df)
 
-    def encode(self, queries: Sequence[Query]) -> SparseEncoding:
+    def encode(self, queries: Sequence[Query], options: SearchOptions | None = None) -> SparseEncoding:
         """Encode query texts once, keep `query_k` dims per bucket; one warning for the queries that were cut."""
+        return self._encode(queries, self._plan(options))
+
+    def _encode(self, queries: Sequence[Query], plan: _Plan) -> SparseEncoding:
         texts = [q.text[:MAX_QUERY_CHARS] for q in queries]
         encoded = self.encoder.encode(texts, "query")
         cut = np.array([len(q.text) > MAX_QUERY_CHARS for q in queries], dtype=bool)
@@ -171,19 +169,21 @@ class Searcher:
         if cut.any():
             logger.warning("%d queries are longer than %d tokens and were truncated", int(cut.sum()),
                            self.encoder.config.query_max_length)
-        if self.weighting is None:
-            return encoded.truncate(self.query_k, self._idf)
-        encoded = self.weighting.drop(encoded).truncate(self.query_k, self._idf)
-        if not self.weighting.idf:
+        resolved, weighting = plan.resolved, plan.weighting
+        if weighting is None:
+            return encoded.truncate(resolved.query_k, plan.rank_idf)
+        encoded = weighting.drop(encoded).truncate(resolved.query_k, plan.rank_idf)
+        if not weighting.idf:
             return encoded
-        if self._kernel_scoring == "quantized":
-            return self.weighting.quantize(encoded)
-        return self.weighting.scale(encoded)
+        if resolved.kernel_scoring == "quantized":
+            return weighting.quantize(encoded)
+        return weighting.scale(encoded)
 
     def search(
-        self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000, show_progress: bool = False
+        self, queries: Mapping[str, str] | Sequence[Query], k: int = 1000, show_progress: bool = False,
+        options: SearchOptions | None = None,
     ) -> Run:
-        """Rank the whole index for each query.
+        """Rank the whole index for each query (with `options`, default: this Searcher's).
 
         Empty queries get an empty result (one warning per call) and are never encoded; over-long ones are
         truncated (one warning per call).
@@ -191,41 +191,43 @@ class Searcher:
         Raises:
             ValueError: k <= 0.
         """
-        run, live = start_run(queries, k, self.name)
+        plan = self._plan(options)
+        run, live = start_run(queries, k, plan.resolved.name)
         if not live:
             return run
-        encoded = self.encode(live)
+        encoded = self._encode(live, plan)
         doc_ids = self.index.doc_ids
         batch = 256  # bounds result memory and lets the progress bar move
         for start in tqdm(range(0, len(live), batch), desc="search", disable=not show_progress, leave=False):
             part = live[start:start + batch]
-            numbers, scores = self._search_encoded(encoded[start:start + len(part)], k)
+            numbers, scores = self._search_encoded(encoded[start:start + len(part)], k, plan.resolved)
             for query, hits in zip(part, hits_per_query(numbers, scores, doc_ids)):
                 run.results[query.query_id] = [ScoredDoc(d, s) for d, s in hits]
         return run
 
-    def _search_encoded(self, encoded: SparseEncoding, k: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.cascade is not None:
-            return cascade_search(self.index, encoded, self._document_frequencies, k, self.bucket_weights,
-                                  self._kernel_scoring, self.cascade, length_norm=self.length_norm)
-        if self.bucket_predictor is None:
-            return self.index.search_encoded(encoded, k, self.bucket_weights, self._kernel_scoring,
-                                             length_norm=self.length_norm)
-        predictor = self.bucket_predictor
-        choice = predictor.choose(predictor.features(encoded, self.index, self._kernel_scoring))
+    def _search_encoded(self, encoded: SparseEncoding, k: int, resolved: ResolvedOptions
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        scoring, weights = resolved.kernel_scoring, resolved.bucket_weights
+        if resolved.cascade is not None:
+            return cascade_search(self.index, encoded, self.facts.document_frequencies, k, weights, scoring,
+                                  resolved.cascade, length_norm=resolved.length_norm)
+        predictor = resolved.bucket_predictor
+        if predictor is None:
+            return self.index.search_encoded(encoded, k, weights, scoring, length_norm=resolved.length_norm)
+        choice = predictor.choose(predictor.features(encoded, self.index, scoring))
         numbers = scores = None
         for row in np.unique(choice):  # one search per weight vector in use, over its queries
             rows = np.flatnonzero(choice == row)
-            found, values = self.index.search_encoded(encoded[rows], k, tuple(predictor.grid[row]),
-                                                      self._kernel_scoring)
+            found, values = self.index.search_encoded(encoded[rows], k, tuple(predictor.grid[row]), scoring)
             if numbers is None:  # the kernels' own shapes and dtypes
                 numbers = np.full((choice.shape[0],) + found.shape[1:], -1, dtype=found.dtype)
                 scores = np.zeros((choice.shape[0],) + values.shape[1:], dtype=values.dtype)
             numbers[rows], scores[rows] = found, values
         return numbers, scores
 
-    def rerank(self, queries: Mapping[str, str] | Sequence[Query], candidates: Run, k: int = 1000) -> Run:
-        """Re-rank each query's candidate documents (e.g. BM25's top 1000) by UHD score.
+    def rerank(self, queries: Mapping[str, str] | Sequence[Query], candidates: Run, k: int = 1000,
+               options: SearchOptions | None = None) -> Run:
+        """Re-rank each query's candidate documents (e.g. BM25's top 1000) by UHD score (with `options`).
 
         Only the candidates are scored. Candidates that share no active dimension score 0 and keep their
         relative order at the end.
@@ -233,10 +235,11 @@ class Searcher:
         Raises:
             ValueError: k <= 0, or a candidate doc_id that is not in the index.
         """
-        if self.bucket_predictor is not None:
-            raise UsageError("rerank scores with fixed bucket weights; make a Searcher without bucket_predictor")
-        run, live = start_run(queries, k, f"{self.name}-rerank")
-        number = {d: i for i, d in enumerate(self.index.doc_ids)}
+        plan = self._plan(options)
+        if plan.resolved.bucket_predictor is not None:
+            raise UsageError("rerank scores with fixed bucket weights; search without a bucket_predictor")
+        run, live = start_run(queries, k, f"{plan.resolved.name}-rerank")
+        number = self.facts.doc_numbers
         pools = {}
         for query in as_queries(queries):
             pool = [h.doc_id for h in candidates.results.get(query.query_id, [])]
@@ -247,47 +250,52 @@ class Searcher:
         live = [q for q in live if pools[q.query_id]]
         if not live:
             return run
-        encoded = self.encode(live)
+        encoded = self._encode(live, plan)
         for row, query in enumerate(live):
             pool = pools[query.query_id]
             pool_numbers = np.array([number[d] for d in pool], dtype=np.int64)
-            pool_scores = self._candidate_scores(encoded[row:row + 1], pool_numbers)
+            pool_scores = self._candidate_scores(encoded[row:row + 1], pool_numbers, plan.resolved)
             order = tie_order(pool_scores, np.arange(len(pool)))[:k]  # ties keep the candidates' order
             run.results[query.query_id] = [ScoredDoc(pool[i], float(pool_scores[i])) for i in order]
         return run
 
-    def _candidate_scores(self, query: SparseEncoding, numbers: np.ndarray) -> np.ndarray:
+    def _candidate_scores(self, query: SparseEncoding, numbers: np.ndarray,
+                          resolved: ResolvedOptions | None = None) -> np.ndarray:
         """(len(numbers),) float64 Eq. 7 scores of one query against the given documents; <= 0 counts as 0."""
-        if self._kernel_scoring != "binary" or not hasattr(self.index, "document_vectors"):
+        resolved = resolved or self.resolve()
+        if resolved.kernel_scoring != "binary" or not self.index.has_document_vectors:
             # Float sums in another order than the kernels' could split near-ties differently from search(),
             # so weighted scores come from the kernels themselves; binary overlaps are exact integers either way.
-            return self._candidate_scores_by_search(query, numbers)
-        if self._documents is None:
-            self._documents = self.index.document_vectors().binarize()
+            return self._candidate_scores_by_search(query, numbers, resolved)
+        documents = self.facts.binary_vectors
         query = query.binarize()
         total = np.zeros(numbers.shape[0])
-        scales = self.index.length_scales(self.length_norm) if self.length_norm else None
+        alpha = resolved.length_norm
+        scales = self.index.length_scales(alpha) if alpha else None
         # Per-bucket overlaps are exact integers; weighted by bucket (and scaled by the document's length factor)
         # and summed in bucket order from 0.0 in float64, as the kernels sum them.
-        for b, (weight, q, documents) in enumerate(zip(self.bucket_weights, query.buckets, self._documents.buckets)):
+        for b, (weight, q, vectors) in enumerate(zip(resolved.bucket_weights, query.buckets, documents.buckets)):
             if weight == 0 or q.nnz == 0:
                 continue
-            products = (q.astype(np.float64) @ documents[numbers].astype(np.float64).T).toarray().ravel()
+            products = (q.astype(np.float64) @ vectors[numbers].astype(np.float64).T).toarray().ravel()
             total += weight * products if scales is None else (weight * products) * scales[b][0][numbers]
         return np.where(total > 0, total, 0.0)  # the index returns positive scores only
 
-    def _candidate_scores_by_search(self, query: SparseEncoding, numbers: np.ndarray) -> np.ndarray:
+    def _candidate_scores_by_search(self, query: SparseEncoding, numbers: np.ndarray,
+                                    resolved: ResolvedOptions | None = None) -> np.ndarray:
+        resolved = resolved or self.resolve()
         # The kernels with every other document masked out: weighted scoring, and indexes without
         # document_vectors (SegmentedIndex).
         outside = np.ones(len(self.index.doc_ids), dtype=bool)  # doc numbers, deleted ones included
         outside[numbers] = False
-        found, scores = self.index.search_encoded(query, len(numbers), self.bucket_weights, self._kernel_scoring,
-                                                  deleted=outside, length_norm=self.length_norm)
+        found, scores = self.index.search_encoded(query, len(numbers), resolved.bucket_weights,
+                                                  resolved.kernel_scoring, deleted=outside,
+                                                  length_norm=resolved.length_norm)
         hits = found[0] >= 0
         score_of = dict(zip(found[0, hits].tolist(), scores[0, hits].tolist()))
         return np.array([score_of.get(int(n), 0.0) for n in numbers])
 
-    def latency_ms(self, queries: Sequence[Query], k: int = 10) -> float:
+    def latency_ms(self, queries: Sequence[Query], k: int = 10, options: SearchOptions | None = None) -> float:
         """Median milliseconds per query for encode + search, one query at a time (Table 3's setting)."""
         times = []
         previous = logger.level
@@ -295,7 +303,7 @@ class Searcher:
         try:
             for q in queries:
                 start = time.perf_counter()
-                self.search([q], k=k)
+                self.search([q], k=k, options=options)
                 times.append((time.perf_counter() - start) * 1000)
         finally:
             logger.setLevel(previous)

@@ -28,38 +28,6 @@ DEFAULT_MAX_DF = 0.3
 MIN_DOCUMENTS = 1000  # below this the default drops nothing
 
 
-def resolve_max_df(max_df: float | str | None, n_documents: int) -> float | None:
-    """The threshold a search uses: "auto" -> DEFAULT_MAX_DF on indexes of MIN_DOCUMENTS or more, else None.
-
-    Example:
-        >>> resolve_max_df("auto", 5183), resolve_max_df("auto", 999), resolve_max_df(None, 5183), resolve_max_df(0.2, 3)
-        (0.3, None, None, 0.2)
-    """
-    if isinstance(max_df, str):
-        if max_df != AUTO:
-            raise UsageError(f"max_df={max_df!r}; give a fraction in (0, 1], None, or {AUTO!r}")
-        return DEFAULT_MAX_DF if n_documents >= MIN_DOCUMENTS else None
-    return max_df
-
-
-def parse_max_df(text: str) -> float | str | None:
-    """--max-df: "auto", "none", or a fraction in (0, 1].
-
-    Example:
-        >>> parse_max_df("auto"), parse_max_df("none"), parse_max_df("0.2")
-        ('auto', None, 0.2)
-    """
-    if text.strip().lower() in ("auto", "none"):
-        return None if text.strip().lower() == "none" else "auto"
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"--max-df {text!r}: give a fraction in (0, 1], 'none' or 'auto'") from None
-    if not 0 < value <= 1:
-        raise UsageError(f"--max-df {text} must be a fraction of the documents in (0, 1]")
-    return value
-
-
 def idf(document_frequencies: np.ndarray, n_documents: int) -> np.ndarray:
     """BM25's IDF, log(1 + (N - df + 0.5) / (df + 0.5)): positive for every df, float64.
 

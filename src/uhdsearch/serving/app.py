@@ -19,14 +19,15 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from uhdsearch.errors import UhdError
+from uhdsearch.search.options import SearchOptions
 from uhdsearch.search.searcher import MAX_QUERY_CHARS
 from uhdsearch.serving import limits
 from uhdsearch.serving.admission import Admission, BodyLimit
 from uhdsearch.serving.batching import PreEncoded, QueryBatcher
 from uhdsearch.serving.guards import add_guards, write_guard
 from uhdsearch.serving.metrics import Metrics
-from uhdsearch.serving.schemas import AddRequest, DocumentOut, SearchRequest, SearchResponse
-from uhdsearch.serving.service import SearchOptions, SearchService, ServiceError, Snapshot
+from uhdsearch.serving.schemas import SEARCH_OPTIONS, AddRequest, DocumentOut, SearchRequest, SearchResponse
+from uhdsearch.serving.service import SearchService, ServiceError, Snapshot
 from uhdsearch.serving.settings import ServeSettings
 from uhdsearch.types import Document, Query, Run
 
@@ -48,9 +49,9 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
 
     def warm_up() -> None:
         try:
-            searcher = service.searcher(service.snapshot, SearchOptions())
-            searcher.warm_up()  # also the cascade's doc-major rows, which a default search uses
-            searcher.search([Query("warm-up", "warm up")], 1)
+            searcher = service.searcher(service.snapshot)
+            searcher.warm_up(SearchOptions.default())  # also the cascade's doc-major rows, which it uses
+            searcher.search([Query("warm-up", "warm up")], 1, options=SearchOptions.default())
         except Exception:
             if not stopping.is_set():
                 raise
@@ -127,6 +128,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         max_df: str = Param("auto", description="stop dimensions: auto, none, or a fraction in (0, 1]"),
         cascade: str = Param("auto", description="two-pass search: auto, none (exact), or FIRST_MAX_DF:DEPTH[:probe]"),
         length_norm: str = Param("auto", description="binary counts / active dims ** ALPHA: auto, none, or ALPHA"),
+        idf: bool = Param(False, description="weight query dims by IDF"),
     ) -> dict:
         """One query: the top-k documents with title and snippet (system=bm25: the BM25 ranking)."""
         limits.check_queries([q], k, settings)
@@ -134,8 +136,8 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         if system == "bm25":
             run = await blocking(service.bm25_search, queries, k)
             return respond("bm25", k, queries, run, service.snapshot)
-        options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df),
-                                _cascade(cascade, settings.max_k), _length_norm(length_norm))
+        options = _options(dict(scoring=scoring, query_k=query_k, bucket_weights=bucket_weights, max_df=max_df,
+                                idf=idf, cascade=cascade, length_norm=length_norm), settings.max_k)
         limits.check_options(options.query_k, options.bucket_weights, settings)
         run, snapshot = await search(queries, k, options)
         return respond("uhd", k, queries, run, snapshot)
@@ -149,8 +151,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         if len(set(ids)) != len(ids):
             raise ServiceError(422, "queries: a query_id appears twice")
         queries = [Query(q.query_id, q.text) for q in body.queries]
-        options = SearchOptions(body.scoring, body.query_k, body.bucket_weights, _max_df(body.max_df),
-                                _cascade(body.cascade, settings.max_k), _length_norm(body.length_norm))
+        options = _options(body.model_dump(include=set(SEARCH_OPTIONS)), settings.max_k)
         limits.check_options(options.query_k, options.bucket_weights, settings)
         run, snapshot = await search(queries, body.k, options, body.candidates)
         return respond("uhd", body.k, queries, run, snapshot)
@@ -169,8 +170,8 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
                       max_df: str = Param("auto"), length_norm: str = Param("auto")) -> dict:
         """The latent dimensions query and document share, per bucket: contribution, tokens, typical tokens."""
         limits.check_queries([q], 1, settings)
-        options = SearchOptions(scoring, query_k, _weights(bucket_weights), _max_df(max_df),
-                                length_norm=_length_norm(length_norm))
+        options = _options(dict(scoring=scoring, query_k=query_k, bucket_weights=bucket_weights, max_df=max_df,
+                                length_norm=length_norm), settings.max_k)
         limits.check_options(options.query_k, options.bucket_weights, settings)
         explained = await blocking(service.explain, q, doc_id, options)
         limits.check_finite(explained["score"], "the score")
@@ -256,47 +257,15 @@ def _log_failure(task: asyncio.Future) -> None:
         logger.error("warm-up failed", exc_info=task.exception())
 
 
-def _max_df(value: str | float) -> float | str | None:
-    from uhdsearch.errors import UsageError
-    from uhdsearch.search.stopdims import parse_max_df
+def _options(values: dict, max_k: int) -> SearchOptions:
+    """The request's search options, parsed as the CLI's (a bad value is a 422 naming the option)."""
+    from uhdsearch.search.cascade import Cascade
 
-    try:
-        return parse_max_df(str(value))
-    except UsageError:
-        raise ServiceError(422, f"max_df={value!r}: give auto, none, or a fraction of the documents in (0, 1]") \
-            from None
-
-
-def _cascade(value: str, max_k: int):
-    from uhdsearch.errors import UsageError
-    from uhdsearch.search.cascade import Cascade, parse_cascade
-
-    try:
-        cascade = parse_cascade(str(value))
-    except UsageError as exc:
-        raise ServiceError(422, f"cascade={value!r}: {str(exc).split(': ', 1)[-1]}") from None
+    options = SearchOptions.parse(values)
+    cascade = options.cascade
     if isinstance(cascade, Cascade) and cascade.depth > max_k:
-        raise ServiceError(422, f"cascade={value!r}: the depth may be at most max_k={max_k}")
-    return cascade
-
-
-def _length_norm(value: str | float):
-    from uhdsearch.errors import UsageError
-    from uhdsearch.search.lengthnorm import parse_length_norm
-
-    try:
-        return parse_length_norm(str(value))
-    except UsageError as exc:
-        raise ServiceError(422, f"length_norm={value!r}: {str(exc).split(': ', 1)[-1]}") from None
-
-
-def _weights(text: str | None) -> list[float] | None:
-    if text is None or not text.strip():
-        return None
-    try:
-        return [float(x) for x in text.split(",")]
-    except ValueError:
-        raise ServiceError(422, f"bucket_weights={text!r} must be comma-separated numbers, e.g. 1,0.5") from None
+        raise ServiceError(422, f"cascade={values['cascade']!r}: the depth may be at most max_k={max_k}")
+    return options
 
 
 def _snippet(text: str, limit: int) -> str:

@@ -82,7 +82,7 @@ def dim_contributions(
 
     `query` is one encoded query row. Contributions are bucket-weighted (and length-normalized), as in the score.
     """
-    if hasattr(index, "contributions"):  # impact planes quantize the query as a whole (index/impacts.py)
+    if index.scores_own_contributions:  # impact planes quantize the query as a whole (index/impacts.py)
         return index.contributions(query, number, bucket_weights)
     rows = [(b, int(d), float(v)) for b, m in enumerate(query.buckets) for d, v in zip(m.indices, m.data)]
     if not rows:

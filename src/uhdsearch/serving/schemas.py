@@ -8,6 +8,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt option is an error, not silently ignored
 
 
+# SearchRequest's fields that are SearchOptions (search/options.py parses them, as the CLI's flags)
+SEARCH_OPTIONS = ("scoring", "query_k", "bucket_weights", "max_df", "idf", "cascade", "length_norm")
+
+
 class QueryIn(_Strict):
     query_id: str = Field(min_length=1, max_length=200)
     text: str
@@ -22,6 +26,7 @@ class SearchRequest(_Strict):
     max_df: str | float = Field("auto", description="stop dimensions: auto, none, or a fraction in (0, 1]")
     cascade: str = Field("auto", description="two-pass search: auto, none (exact), or FIRST_MAX_DF:DEPTH[:probe]")
     length_norm: str | float = Field("auto", description="binary counts / active dims ** ALPHA: auto, none, or ALPHA")
+    idf: bool = Field(False, description="weight query dims by IDF")
     candidates: dict[str, list[str]] | None = Field(
         None, description="query_id -> doc_ids to re-rank instead of searching the whole index")
 

@@ -18,8 +18,8 @@ import numpy as np
 
 from uhdsearch.errors import DataFormatError, IndexLockedError, UsageError
 from uhdsearch.index.base import SearchableIndex
+from uhdsearch.search.options import SearchOptions  # noqa: F401  (moved to search/options.py; kept importable)
 from uhdsearch.search.searcher import Searcher
-from uhdsearch.search.stopdims import AUTO
 from uhdsearch.serving.documents import ADDED_FILE, DocumentStore
 from uhdsearch.serving.explain import TypicalTokens, dim_contributions, token_winners
 from uhdsearch.types import Document, Query, Run
@@ -46,21 +46,6 @@ class Snapshot:
     def number(self) -> dict[str, int]:
         """Live doc_id -> doc number."""
         return {d: n for n, d in enumerate(self.index.doc_ids) if d is not None}
-
-    @cached_property
-    def document_frequencies(self) -> list[np.ndarray]:
-        """Per bucket, live documents per dimension, read once per snapshot (the searches' stop dimensions)."""
-        return [np.asarray(self.index.document_frequencies(b), np.int64) for b in range(self.index.n_buckets)]
-
-
-@dataclass
-class SearchOptions:
-    scoring: str | None = None
-    query_k: int | None = None  # None: the model's; 0: every active dimension
-    bucket_weights: Sequence[float] | None = None
-    max_df: float | str | None = AUTO  # stop dimensions, as Searcher's (search/stopdims.py)
-    cascade: object = AUTO  # a Cascade, None (exact) or "auto", as Searcher's (search/cascade.py)
-    length_norm: float | str | None = AUTO  # as Searcher's (search/lengthnorm.py)
 
 
 class _TimedEncoder:
@@ -97,33 +82,30 @@ class SearchService:
     _write_lock: threading.Lock = field(default_factory=threading.Lock)
     _pending: list[Document] = field(default_factory=list)
     _pending_deletes: int = 0
+    _searcher_lock: threading.Lock = field(default_factory=threading.Lock)
+    _searcher: tuple | None = None  # (snapshot, query encoder, its Searcher): one per committed snapshot
 
     @classmethod
     def open(cls, encoder, index_path: Path, corpus: dict[str, Document] | None = None, writable: bool = True,
              bm25=None, typical_sample: int = 0) -> SearchService:
         """Load a static index or open a segmented one (its writer too when `writable` and the lock is free)."""
-        from uhdsearch.index.impacts import open_index
-        from uhdsearch.index.live.commit import list_generations
-        from uhdsearch.index.live.segments import SegmentedIndex
+        from uhdsearch.index import index_kind, open_index
 
         index_path = Path(index_path)
-        if not index_path.is_dir():
-            raise FileNotFoundError(f"no index directory at {index_path}")
         writer, refusal, added = None, None, None
-        if list_generations(index_path):
+        if index_kind(index_path) == "segmented":  # the writer first: it clears what a killed writer left
             added = index_path / ADDED_FILE
             if writable:
                 try:
-                    writer = SegmentedIndex.open(index_path, writable=True)
+                    writer = open_index(index_path, writable=True)
                 except IndexLockedError as exc:
                     refusal = (423, f"the index is locked by another writer: {exc}")
             else:
                 refusal = (423, "the server was started read-only")
-            reader = SegmentedIndex.open(index_path)
-            snapshot = Snapshot(reader, reader.generation)
         else:
-            snapshot = Snapshot(open_index(index_path), None)
             refusal = (405, f"{index_path} is a static index; serve a segmented index to add or delete documents")
+        reader = open_index(index_path)
+        snapshot = Snapshot(reader, reader.generation)
         documents = DocumentStore(corpus, added, writer=writer is not None)
         typical = TypicalTokens(encoder, [d.full_text for d in documents.sample(typical_sample)]) \
             if typical_sample > 0 else None
@@ -137,26 +119,34 @@ class SearchService:
             self.writer = None
 
     # ------------------------------------------------------------------ reading
-    def searcher(self, snapshot: Snapshot, options: SearchOptions) -> Searcher:
-        encoder = self.encoder if self.query_encoder is None else self.query_encoder
-        searcher = Searcher(_TimedEncoder(encoder, self.on_encode), snapshot.index, scoring=options.scoring,
-                            query_k=options.query_k or None, bucket_weights=options.bucket_weights,
-                            max_df=options.max_df, document_frequencies=snapshot.document_frequencies,
-                            cascade=options.cascade, length_norm=options.length_norm)
-        if options.query_k == 0:
-            searcher.query_k = None  # keep every active dimension, as the CLI's --query-k 0
-        return searcher
+    def searcher(self, snapshot: Snapshot) -> Searcher:
+        """The snapshot's Searcher, built once per snapshot (and query encoder); requests pass their options."""
+        with self._searcher_lock:
+            held = self._searcher
+            if held is None or held[0] is not snapshot or held[1] is not self._query_encoder():
+                held = self._bind(snapshot)
+                if snapshot is self.snapshot:  # an older snapshot's last requests are served uncached
+                    self._searcher = held
+            return held[2]
+
+    def _query_encoder(self):
+        return self.encoder if self.query_encoder is None else self.query_encoder
+
+    def _bind(self, snapshot: Snapshot) -> tuple:
+        encoder = self._query_encoder()
+        timed = _TimedEncoder(encoder, lambda seconds: self.on_encode(seconds))  # on_encode may be set later
+        return snapshot, encoder, Searcher(timed, snapshot.index)
 
     def search(self, queries: list[Query], k: int, options: SearchOptions,
                candidates: dict[str, list[str]] | None = None) -> tuple[Run, Snapshot]:
         snapshot = self.snapshot
-        searcher = self.searcher(snapshot, options)
+        searcher = self.searcher(snapshot)
         if candidates is None:
-            return searcher.search(queries, k), snapshot
+            return searcher.search(queries, k, options=options), snapshot
         from uhdsearch.types import ScoredDoc
 
         pool = Run({q: [ScoredDoc(d, 0.0) for d in ids] for q, ids in candidates.items()})
-        return searcher.rerank(queries, pool, k), snapshot
+        return searcher.rerank(queries, pool, k, options=options), snapshot
 
     def bm25_search(self, queries: list[Query], k: int) -> Run:
         if self.bm25 is None:
@@ -174,10 +164,11 @@ class SearchService:
         number = snapshot.number.get(doc_id)
         if number is None:
             raise ServiceError(404, f"doc_id {doc_id!r} is not in the index")
-        searcher = self.searcher(snapshot, options)
-        query = searcher.encode([Query("q", text)])
-        shared = dim_contributions(snapshot.index, query, number, searcher.bucket_weights, searcher.scoring,
-                                   searcher.length_norm)
+        searcher = self.searcher(snapshot)
+        resolved = searcher.resolve(options)
+        query = searcher.encode([Query("q", text)], options)
+        shared = dim_contributions(snapshot.index, query, number, resolved.bucket_weights, resolved.scoring,
+                                   resolved.length_norm)
         shared.sort(key=lambda row: (-row[3], row[0], row[1]))
         query_tokens = token_winners(self.encoder, [text[:self._max_query_chars()]], "query")[0]
         document = self.documents.get(doc_id)
@@ -196,9 +187,9 @@ class SearchService:
                                         if document_tokens else None),
                     "typical_tokens": _pairs(typical, "count") if typical is not None else None,
                 })
-            buckets.append({"bucket": b, "layer": layers[b], "weight": searcher.bucket_weights[b],
+            buckets.append({"bucket": b, "layer": layers[b], "weight": resolved.bucket_weights[b],
                             "score": sum(row[3] for row in mine), "n_matched": len(mine), "dims": dims})
-        return {"query": text, "doc_id": doc_id, "scoring": searcher.scoring,
+        return {"query": text, "doc_id": doc_id, "scoring": resolved.scoring,
                 "score": sum(row[3] for row in shared), "n_query_dims": int(sum(m.nnz for m in query.buckets)),
                 "document_text": document is not None,
                 "typical_tokens": "ready" if self.typical and self.typical.ready else
@@ -273,8 +264,10 @@ class SearchService:
         self._pending, self._pending_deletes = [], 0
         reader = self.snapshot.index.reopen()
         snapshot = Snapshot(reader, reader.generation)
-        snapshot.document_frequencies  # counted here, before the swap, not in the next search request
-        self.snapshot = snapshot
+        held = self._bind(snapshot)
+        held[2].facts.document_frequencies  # counted here, before the swap, not in the next search request
+        with self._searcher_lock:
+            self.snapshot, self._searcher = snapshot, held
         return {"generation": generation, "n_documents": reader.n_documents}
 
 

@@ -45,7 +45,7 @@ class NeuralSystems:
         documents, up to `max_train_documents`."""
         from safetensors.torch import load_file, save_file
 
-        from uhdsearch.baselines.dense_systems import build_de
+        from uhdsearch.experiments.builders import build_de
         from uhdsearch.encoder.model import UHDEncoder
         from uhdsearch.encoder.states import compute_token_states
 

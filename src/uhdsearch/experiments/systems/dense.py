@@ -1,11 +1,11 @@
 """Dense systems: the backbone as shipped, trained DE-k and ME-m heads, sum-of-max, whitening and flows.
 
-All but `dense` itself are the common-signature builders of `uhdsearch.baselines.dense_systems`, registered
+All but `dense` itself are the common-signature builders of `uhdsearch.experiments.builders`, registered
 with what they learn from (see `family.register_family`).
 """
 from __future__ import annotations
 
-from uhdsearch.baselines import dense_systems as lib
+from uhdsearch.experiments import builders as lib
 from uhdsearch.experiments.context import SystemContext
 from uhdsearch.experiments.registry import BASELINE, register
 from uhdsearch.experiments.systems.family import register_family

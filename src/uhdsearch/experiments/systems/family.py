@@ -1,4 +1,4 @@
-"""Registering a system of the baselines' common signature (`uhdsearch.baselines.dense_systems`): one call.
+"""Registering a system of the baselines' common signature (`uhdsearch.experiments.builders`): one call.
 
 `register_family` wraps a builder(corpus, queries_train, qrels_train, backbone, states, **options) into a
 registry builder that feeds it the context's shared backbone and states and, out of domain, the source
@@ -23,7 +23,7 @@ def register_family(name: str, builder: Callable[..., Any], *, fits_on_source: b
 
     Args:
         name: The system's name.
-        builder: A common-signature builder of `uhdsearch.baselines.dense_systems`.
+        builder: A common-signature builder of `uhdsearch.experiments.builders`.
         fits_on_source: Pass the source corpus's states as ``fit_states`` (whitening, flows, WTA centring).
         trains_on_source: A trained head (``.embed_query``): out of domain it is trained on the source
             collection and passed as ``head`` to index the evaluated corpus.

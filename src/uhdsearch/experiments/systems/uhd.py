@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from uhdsearch.baselines.dense_systems import build_uhd_binary
+from uhdsearch.experiments.builders import build_uhd_binary
 from uhdsearch.experiments.context import SystemContext
 from uhdsearch.experiments.registry import register
 from uhdsearch.experiments.systems.family import register_family
+from uhdsearch.search.options import SearchOptions
 from uhdsearch.training.presets import PRESETS
 from uhdsearch.training.recipe import cached_layers, train_on_collection
 from uhdsearch.types import Retriever
@@ -54,9 +55,9 @@ def uhd_model(ctx: SystemContext):
 
 def _saved_model(ctx: SystemContext):
     """A trained model as saved (its own backbone encodes the corpus): compare what training produced."""
-    from uhdsearch.encoder.model import UHDEncoder
+    from uhdsearch.encoder.query import open_query_encoder
 
-    model = UHDEncoder.from_pretrained(ctx.uhd_model_dir)
+    model = open_query_encoder(ctx.uhd_model_dir, "full")  # the full model: it encodes the documents too
     ctx.notes["uhd"] = {"model": str(ctx.uhd_model_dir), "model_digest": model.digest(), "trained_here": False}
     if _same_weights(model.backbone.model, ctx.backbone.model):  # a frozen backbone: reuse the shared pass
         layers = sorted(set(model.layers) | {ctx.backbone.n_layers})
@@ -72,22 +73,32 @@ def _same_weights(a, b) -> bool:
     return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
-def _uhd(ctx: SystemContext, variant: str, defaults: bool = False) -> Retriever:
+def _uhd(ctx: SystemContext, variant: str, options: SearchOptions) -> Retriever:
     from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
     from uhdsearch.search.searcher import Searcher
 
     model, encoded = uhd_model(ctx)
     klass = BinaryIndex if variant == "binary" else WeightedIndex
     index = klass.from_encoding(encoded, [d.doc_id for d in ctx.documents], None, model.digest())
-    if defaults:  # what `uhdsearch search` does: stop dimensions dropped, counts divided by document length
-        return Searcher(model, index, variant, name=f"uhd-{variant}-norm")
-    # the other named systems score every dim with plain counts (figures in README)
-    return Searcher(model, index, variant, max_df=None, length_norm=None)
+    return Searcher(model, index, options=options)
 
 
-register("uhd-binary", fits_on_source=True, trains_on_source=True)(lambda ctx: _uhd(ctx, "binary"))
-register("uhd-weighted", fits_on_source=True, trains_on_source=True)(lambda ctx: _uhd(ctx, "weighted"))
-register("uhd-binary-norm", fits_on_source=True, trains_on_source=True)(lambda ctx: _uhd(ctx, "binary", True))
+def _searched_as_asked(ctx: SystemContext) -> Retriever:
+    """"uhd": the model searched with the comparison's own SearchOptions (`compare --search KEY=VALUE`)."""
+    options = ctx.search_options or SearchOptions.default()
+    ctx.notes["search_options"] = options.to_json()
+    return _uhd(ctx, "weighted" if options.scoring == "weighted" else "binary", options)
+
+
+# Each name is its options' run name: uhd-binary and uhd-weighted score every dim with plain counts (the paper's
+# score, the figures in the README), uhd-binary-norm with the Searcher's defaults (`uhdsearch search`).
+register("uhd-binary", fits_on_source=True, trains_on_source=True)(
+    lambda ctx: _uhd(ctx, "binary", SearchOptions.paper().replace(scoring="binary")))
+register("uhd-weighted", fits_on_source=True, trains_on_source=True)(
+    lambda ctx: _uhd(ctx, "weighted", SearchOptions.paper().replace(scoring="weighted")))
+register("uhd-binary-norm", fits_on_source=True, trains_on_source=True)(
+    lambda ctx: _uhd(ctx, "binary", SearchOptions.default().replace(scoring="binary")))
+register("uhd", fits_on_source=True, trains_on_source=True)(_searched_as_asked)
 # Untrained: the quickstart's dev early stopping keeps this head, so the pair isolates the effect of whitening.
 register_family("uhd-binary-untrained", build_uhd_binary, fits_on_source=True)
 register_family("uhd-binary+whiten", build_uhd_binary, fits_on_source=True, whiten=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from uhdsearch.errors import DataFormatError, IndexLockedError, UsageError
 from uhdsearch.index import format as fmt
-from uhdsearch.index.base import Scoring, check_overlap_args, check_search_args
+from uhdsearch.index.base import IndexCapabilities, Scoring, check_overlap_args, check_search_args
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
 from uhdsearch.index.live import commit as cp
 from uhdsearch.index.live.additions import check_additions
@@ -33,7 +33,7 @@ from uhdsearch.sparse import SparseEncoding
 logger = logging.getLogger(__name__)
 
 
-class SegmentedIndex:
+class SegmentedIndex(IndexCapabilities):
     """An index that takes additions and deletions by doc id without a rebuild, safe against kill -9.
 
     Changes become visible to new readers only at `commit()`; this instance sees its own changes at once.
@@ -68,6 +68,9 @@ class SegmentedIndex:
         [[('d1', 2.0), ('d4', 1.0)]]
         >>> index.close(); tmp.cleanup()
     """
+
+    answers_overlap_counts = True
+    takes_writes = True
 
     def __init__(
         self, directory: Path, body: dict[str, Any], segments: list[cp.Segment], lock: WriteLock | None,
