@@ -107,7 +107,7 @@ def write_lookup(model_dir: Path) -> None:
     import importlib.util
 
     from uhdsearch.encoder.config import EncoderConfig
-    from uhdsearch.encoder.lookup import LookupEncoder
+    from uhdsearch.encoder.query.table import LookupEncoder
     from uhdsearch.encoder.model import UHDEncoder
 
     backbone = Path(list(importlib.util.find_spec("cognition").submodule_search_locations)[0]) / "model"
@@ -155,12 +155,12 @@ def search_everything(index, q) -> None:
 
 
 def open_and_search(fmt: str, path: Path, q, model, mmap: bool = False) -> None:
-    from uhdsearch.index.impacts import open_index
+    from uhdsearch.index import open_index
     from uhdsearch.index.inverted import InvertedIndex
     from uhdsearch.index.live.segments import SegmentedIndex
 
     if fmt == "lookup":
-        from uhdsearch.encoder.lookup import LookupEncoder
+        from uhdsearch.encoder.query.table import LookupEncoder
 
         encoded = LookupEncoder.load(path, model).encode(["bone density of mice", "the cell", ""], "query")
         for m in encoded.buckets:

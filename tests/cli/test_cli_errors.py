@@ -78,7 +78,7 @@ def test_missing_model_dir(tmp_path: Path, trained: Trained, capsys) -> None:
 
 def test_index_dir_that_is_not_an_index(trained: Trained, tmp_path: Path, capsys) -> None:
     code, out, err = run_cli(capsys, search_args(trained, "--query", "cancer", index=tmp_path))
-    assert_user_error(code, out, err, f"not a uhdsearch index: {tmp_path} has no index_meta.json")
+    assert_user_error(code, out, err, f"{tmp_path} holds no index: no index_meta.json")
 
 
 def test_missing_index_dir(trained: Trained, tmp_path: Path, capsys) -> None:

@@ -90,5 +90,5 @@ def test_every_float_option_of_every_command_refuses_nan_and_inf():
             visit(sub, f"{path} {name}")
 
     visit(command, "uhdsearch")
-    assert {"uhdsearch train --learning_rate", "uhdsearch serve --request_timeout", "uhdsearch lookup --vote"} <= set(
+    assert {"uhdsearch train --learning_rate", "uhdsearch serve --queue_timeout", "uhdsearch lookup --vote"} <= set(
         checked), checked

@@ -69,7 +69,7 @@ def test_no_index_kind_or_capability_probing_outside_index():
                         r"|stop_dimensions_by_default\", True|\"overlap_counts\"|\"document_vectors\"")
     found = []
     for path in SRC.rglob("*.py"):
-        if path.relative_to(SRC).parts[0] == "index":
+        if path.relative_to(SRC).parts[0] == "index" or path.name == "_moved.py":  # _moved: the old paths' table
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if probes.search(line):

@@ -123,7 +123,7 @@ def test_the_cli_the_http_app_and_compare_parse_and_search_alike(saved_model_and
         by_cli.setdefault(query_id, []).append((doc_id, float(score)))
 
     service = SearchService.open(model, root / "index", writable=False)
-    with TestClient(create_app(service, ServeSettings())) as client:
+    with TestClient(create_app(service, ServeSettings()), base_url="http://localhost") as client:
         by_http = {}
         for q in queries:
             response = client.get("/search", params={"q": q.text, "k": 10, **STRINGS})

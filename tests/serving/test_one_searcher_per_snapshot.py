@@ -44,7 +44,7 @@ def test_a_hundred_requests_build_one_searcher_and_the_index_work_once(served, s
     service = SearchService.open(served_encoder, served / "index", writable=False)
     built_at_open = counted["searchers"]
     doc_ids = list(service.snapshot.index.doc_ids)
-    with TestClient(create_app(service, ServeSettings())) as client:
+    with TestClient(create_app(service, ServeSettings()), base_url="http://localhost") as client:
         first = client.get("/search", params={"q": QUERY, "k": 5}).json()["results"][0]["hits"]
         for i in range(33):
             options = [{}, {"max_df": "0.5"}, {"scoring": "binary", "length_norm": "0.5"}][i % 3]

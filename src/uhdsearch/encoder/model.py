@@ -240,7 +240,7 @@ class UHDEncoder(nn.Module):
     def encode(self, texts: Sequence[str], kind: Kind, batch_size: int = 64, wta_k: int | None = None,
                show_progress: bool = False, runner: Callable[..., list[torch.Tensor]] | None = None) -> SparseEncoding:
         """Encode texts with no query_k truncation, each tokenized once. `runner(input_ids, attention_mask,
-        layers)`, if given, stands in for the backbone (a query student, encoder/query_student.py).
+        layers)`, if given, stands in for the backbone (a query student, encoder/query/student.py).
 
         Returns:
             Per-bucket (len(texts), dim) CSR float32; its `truncated` flags the texts cut to the kind's maximum
