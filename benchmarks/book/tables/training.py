@@ -1,0 +1,58 @@
+"""What training earns: the kept head against the untrained start, per collection, and the query limit."""
+from __future__ import annotations
+
+from ..render import Table, table
+from ..sources import Results, bold, cpu, f4, signed
+from .quality import COLLECTIONS, NAMES, QUICKSTART
+
+
+@table("training-earns")
+def training_earns(results: Results) -> Table:
+    """The shipped quickstart models against the untrained centred head at the same query limit (test, once)."""
+    compared = results("length_norm.json")["untrained_devnorm"]
+    rows = []
+    for name in COLLECTIONS:
+        run, extra = results(f"quickstart_{name}.json"), results(f"quickstart_{name}_extra.json")
+        chosen, steps = run["config"]["dev_selection"], run["config"]["training_steps"]
+        dev = dict(extra["dev_evals"])
+        best_step = max(dev, key=lambda step: (dev[step], -step))
+        kept = ("the untrained head (step 0)" if chosen["head"] == "untrained"
+                else f"step {best_step} of {steps}")
+        pair = compared[name]
+        if pair["shipped_digest"] != run["model_digest"]:
+            raise ValueError(f"length_norm.json compares model {pair['shipped_digest']}, "
+                             f"quickstart_{name}.json ships {run['model_digest']}")
+        gain = pair["shipped_normalized"] - pair["untrained_normalized"]
+        rows.append([NAMES[name], f"{f4(dev[0])} → {f4(max(dev.values()))}", kept, str(chosen["query_max_length"]),
+                     f4(pair["untrained_normalized"]), bold(f4(pair["shipped_normalized"]), gain > 0),
+                     signed(gain), f"{f4(pair['untrained_plain'])} / {f4(pair['shipped_plain'])}"])
+    return Table(["collection", "dev nDCG@10, step 0 → best", "kept", "query tokens",
+                  "test: untrained head", "test: shipped model", "gain", "plain counts: untrained / shipped"], rows,
+                 [*(f"quickstart_{n}.json" for n in COLLECTIONS), "length_norm.json"],
+                 QUICKSTART.replace("--out out/quickstart", "--data DIR --out OUT")
+                 + "; python -m benchmarks.experiments.length_norm untrained --result-key untrained_devnorm",
+                 cpu(results("quickstart_scifact.json")),
+                 ["Test nDCG@10 of UHD-binary with the search defaults. The dev split is 10 % of the train queries "
+                  "(SciFact) or of the corpus's own ICT queries judged by the dense backbone (CISI, Medline); "
+                  "the untrained head (step 0) competes in every choice, so training is kept only where it wins "
+                  "on dev."])
+
+
+@table("query-limits")
+def query_limits(results: Results) -> Table:
+    rows, sources = [], []
+    for name in ("cisi", "medline"):
+        for variant, label in (("_untrained", "untrained head"), ("", "trained head")):
+            file = f"query_length_{name}{variant}.json"
+            sources.append(file)
+            run = results(file)
+            dev = {r["query_max_length"]: r["dev_binary"] for r in run["rows"]}
+            cells = [bold(f4(dev.get(n)), n == run["chosen"]) if n in dev else "—" for n in (32, 64, 128, 256)]
+            rows.append([NAMES[name], label, *cells, f4(run["test_binary"]["nDCG@10"]),
+                         f4(run["test_weighted"]["nDCG@10"])])
+    return Table(["collection", "model", "dev: 32 tokens", "64", "128", "256", "test binary at the choice",
+                  "test weighted"], rows, sources,
+                 "python -m benchmarks.experiments.query_length --data DIR --model MODEL --test-once",
+                 cpu(results(sources[0])),
+                 ["Dev nDCG@10 (plain binary counts) per query token limit, the choice in bold; test scored once, "
+                  "at the choice. The recipe now makes this choice itself (`Recipe.query_lengths`)."])

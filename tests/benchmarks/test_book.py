@@ -1,0 +1,49 @@
+"""The results book's tables are rendered from benchmarks/results/*.json, and a page that differs from its JSON fails."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks.book import tables  # noqa: F401  (registers every table)
+from benchmarks.book.render import MARKER, ROOT, TABLES, page_paths, render_all, render_page, used_tables
+from benchmarks.book.sources import Results
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def test_every_page_agrees_with_its_json():
+    changed = render_all(Results(RESULTS), write=False)
+    assert changed == {}, f"run `python -m benchmarks.book` and commit: {changed}"
+
+
+def test_a_changed_number_fails_the_check(tmp_path: Path):
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    file = results / "quickstart_scifact.json"
+    run = json.loads(file.read_text())
+    run["systems"]["uhd-binary"]["nDCG@10"] = 0.1234
+    file.write_text(json.dumps(run))
+    changed = render_all(Results(results), write=False)
+    assert "quickstart-scifact" in changed["docs/results/quality.md"]
+    assert "headline" in changed["README.md"]
+
+
+def test_every_table_is_on_a_page_and_every_marker_names_a_table():
+    used = used_tables(page_paths())
+    assert used == set(TABLES), f"not on any page: {set(TABLES) - used}; unknown: {used - set(TABLES)}"
+
+
+def test_an_unknown_table_is_an_error_naming_the_page():
+    with pytest.raises(KeyError, match="page.md: no table is named 'nope'"):
+        render_page("<!-- table: nope -->\n<!-- /table -->", Results(RESULTS), page="page.md")
+
+
+def test_text_outside_the_markers_is_kept():
+    page = "# Title\nprose 0.5\n<!-- table: growth -->\nstale\n<!-- /table -->\nmore prose\n"
+    rendered = render_page(page, Results(RESULTS))
+    assert rendered.startswith("# Title\nprose 0.5\n<!-- table: growth -->\n| system |")
+    assert rendered.endswith("<!-- /table -->\nmore prose\n")
+    assert "stale" not in rendered and len(MARKER.findall(rendered)) == 1
