@@ -61,9 +61,11 @@ def margin_mse(student_positive: torch.Tensor, student_negative: torch.Tensor, t
 def flops(vectors: torch.Tensor) -> torch.Tensor:
     """FLOPS regulariser (Paria et al. 2020; SPLADE): sum over dims of the squared mean |activation| over the batch.
 
+    The scalar is the expected number of multiply-adds of a sparse dot product up to scale, so it penalises
+    the dimensions that many texts share the most.
+
     Args:
-        vectors: (n_texts, dim). Returns a scalar; it is the expected number of multiply-adds of a sparse dot
-        product up to scale, so it penalises dimensions that many texts share the most.
+        vectors: (n_texts, dim).
     """
     return (vectors.abs().mean(dim=0) ** 2).sum()
 
