@@ -93,6 +93,14 @@ def test_bm25_ranking_beside(client, corpus):
     assert [h["doc_id"] for h in hits] == [s.doc_id for s in expected]
 
 
+def test_bm25_draws_no_progress_bar_in_the_server_log(client, capfd):
+    capfd.readouterr()
+    response = client.get("/search", params={"q": QUERY, "k": 5, "system": "bm25"})
+    assert response.status_code == 200 and len(response.json()["results"][0]["hits"]) == 5
+    err = capfd.readouterr().err
+    assert "BM25 search" not in err and "it/s" not in err, err
+
+
 def test_document_lookup(client, corpus):
     doc_id = next(iter(corpus))
     assert client.get(f"/documents/{doc_id}").json() == {"doc_id": doc_id, "title": corpus[doc_id].title,

@@ -151,7 +151,7 @@ class SearchService:
     def bm25_search(self, queries: list[Query], k: int) -> Run:
         if self.bm25 is None:
             raise ServiceError(404, "no BM25 index: start the server with --bm25 (and --data)")
-        return self.bm25.search(queries, k)
+        return self.bm25.search(queries, k, show_progress=False)  # no bar per request in the server log
 
     def document(self, doc_id: str, snapshot: Snapshot | None = None) -> Document | None:
         """The live document's text (title and text empty when no text was given), or None when not live."""
