@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -37,15 +36,18 @@ class ServiceError(Exception):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One committed state of the index; never changed once searches use it."""
+    """One committed state of the index; never changed once searches use it.
+
+    Its id map is built when the snapshot is made (at open, or by the commit on its worker thread), never by
+    the first request that needs it: on a large index that would stall the event loop.
+    """
 
     index: SearchableIndex
     generation: int | None
+    number: dict[str, int] = field(init=False, repr=False, compare=False)  # live doc_id -> doc number
 
-    @cached_property
-    def number(self) -> dict[str, int]:
-        """Live doc_id -> doc number."""
-        return {d: n for n, d in enumerate(self.index.doc_ids) if d is not None}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "number", {d: n for n, d in enumerate(self.index.doc_ids) if d is not None})
 
 
 class _TimedEncoder:
