@@ -103,7 +103,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     def hits(run: Run, query: Query, snapshot: Snapshot) -> dict:
         found = []
         for rank, hit in enumerate(run.results.get(query.query_id, []), 1):
-            document = service.documents.get(hit.doc_id) or Document(hit.doc_id, "")
+            document = snapshot.texts.get(hit.doc_id) or Document(hit.doc_id, "")
             found.append({"doc_id": hit.doc_id, "score": hit.score, "rank": rank, "title": document.title,
                           "snippet": _snippet(document.text, settings.snippet_chars)})
         return {"query_id": query.query_id, "text": query.text, "hits": found}
@@ -205,7 +205,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         snapshot = service.snapshot
         return {"status": "ok", "n_documents": snapshot.index.n_documents, "generation": snapshot.generation,
                 "variant": snapshot.index.variant, "n_buckets": snapshot.index.n_buckets,
-                "bm25": service.bm25 is not None, "document_texts": len(service.documents) > 0,
+                "bm25": service.bm25 is not None, "document_texts": bool(snapshot.texts),
                 "writes": service.write_refusal is None and settings.api_key is not None,
                 "typical_tokens": service.typical is not None and service.typical.ready,
                 "n_segments": getattr(snapshot.index, "n_segments", None),

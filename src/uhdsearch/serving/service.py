@@ -17,9 +17,10 @@ import numpy as np
 
 from uhdsearch.errors import DataFormatError, IndexLockedError, UsageError
 from uhdsearch.index.base import SearchableIndex
+from uhdsearch.index.live.commit import commit_name
 from uhdsearch.search.options import SearchOptions  # noqa: F401  (moved to search/options.py; kept importable)
 from uhdsearch.search.searcher import Searcher
-from uhdsearch.serving.documents import ADDED_FILE, DocumentStore
+from uhdsearch.serving.documents import ADDED_FILE, DocumentStore, Texts
 from uhdsearch.serving.explain import TypicalTokens, dim_contributions, token_winners
 from uhdsearch.types import Document, Query, Run
 
@@ -44,6 +45,7 @@ class Snapshot:
 
     index: SearchableIndex
     generation: int | None
+    texts: Texts = field(default_factory=Texts)  # the documents' titles and texts as of this commit
     number: dict[str, int] = field(init=False, repr=False, compare=False)  # live doc_id -> doc number
 
     def __post_init__(self) -> None:
@@ -107,8 +109,8 @@ class SearchService:
         else:
             refusal = (405, f"{index_path} is a static index; serve a segmented index to add or delete documents")
         reader = open_index(index_path)
-        snapshot = Snapshot(reader, reader.generation)
-        documents = DocumentStore(corpus, added, writer=writer is not None)
+        documents = DocumentStore(corpus, added, writer=writer is not None, generation=reader.generation)
+        snapshot = Snapshot(reader, reader.generation, documents.texts)
         typical = TypicalTokens(encoder, [d.full_text for d in documents.sample(typical_sample)]) \
             if typical_sample > 0 else None
         service = cls(encoder, snapshot, documents, writer, refusal, bm25, typical)
@@ -157,9 +159,10 @@ class SearchService:
 
     def document(self, doc_id: str, snapshot: Snapshot | None = None) -> Document | None:
         """The live document's text (title and text empty when no text was given), or None when not live."""
-        if doc_id not in (snapshot or self.snapshot).number:
+        snapshot = snapshot or self.snapshot
+        if doc_id not in snapshot.number:
             return None
-        return self.documents.get(doc_id) or Document(doc_id, "")
+        return snapshot.texts.get(doc_id) or Document(doc_id, "")
 
     def explain(self, text: str, doc_id: str, options: SearchOptions, max_dims: int = 50) -> dict:
         snapshot = self.snapshot
@@ -173,7 +176,7 @@ class SearchService:
                                    resolved.length_norm)
         shared.sort(key=lambda row: (-row[3], row[0], row[1]))
         query_tokens = token_winners(self.encoder, [text[:self._max_query_chars()]], "query")[0]
-        document = self.documents.get(doc_id)
+        document = snapshot.texts.get(doc_id)
         document_tokens = token_winners(self.encoder, [document.full_text], "document")[0] if document else None
         layers = self.encoder.layers
         buckets = []
@@ -253,7 +256,8 @@ class SearchService:
             lock.release()
 
     def commit(self) -> dict:
-        """Make the pending changes durable and visible: texts first, then the index commit, then the swap."""
+        """Make the pending changes durable and visible: one index commit publishes vectors and texts, then the
+        snapshot is swapped."""
         lock = self._writing()
         try:
             return self._commit()
@@ -261,11 +265,24 @@ class SearchService:
             lock.release()
 
     def _commit(self) -> dict:
-        self.documents.save_added(self._pending)
-        generation = self.writer.commit()
+        """The index commit publishes the added texts too (documents.py): a crash at any point leaves texts and
+        vectors of the same commit."""
+        added, staged = self._pending, []
+
+        def stage_texts(generation: int) -> None:
+            self.documents.stage(added, generation)
+            staged.append(generation)
+
+        try:
+            generation = self.writer.commit(before_publish=stage_texts)
+        except BaseException:
+            if staged and not (self.writer.path / commit_name(staged[0])).exists():
+                self.documents.unstage()
+            raise
+        texts = self.documents.publish(added)
         self._pending, self._pending_deletes = [], 0
         reader = self.snapshot.index.reopen()
-        snapshot = Snapshot(reader, reader.generation)
+        snapshot = Snapshot(reader, reader.generation, texts)
         held = self._bind(snapshot)
         held[2].facts.document_frequencies  # counted here, before the swap, not in the next search request
         with self._searcher_lock:
