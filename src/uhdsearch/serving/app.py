@@ -209,6 +209,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
                 "writes": service.write_refusal is None and settings.api_key is not None,
                 "typical_tokens": service.typical is not None and service.typical.ready,
                 "n_segments": getattr(snapshot.index, "n_segments", None),
+                "merging": service.merging,
                 "pending_changes": service.pending_changes}
 
     @app.get("/ready")

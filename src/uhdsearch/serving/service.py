@@ -3,6 +3,12 @@
 Searches take the current snapshot once and use only it, so a commit is seen whole or not at all: the writer
 changes its own SegmentedIndex instance, and readers move to the new commit only when `commit()` swaps in a
 reopened reader. Write requests run one at a time; a second one meanwhile gets a 409 rather than waiting.
+
+With `max_segments`, a commit that leaves more segments than that starts a background merge (the index's
+worker thread: searches and writes go on). When it finishes, a publisher thread swaps it in with a commit of
+its own, as crash-safe as any other (the merged segment is written beside the others and named only by the new
+commit file); while changes are pending it leaves the merge to the next commit instead, so that a merge never
+publishes a change nobody committed.
 """
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ from uhdsearch.serving.explain import TypicalTokens, dim_contributions, token_wi
 from uhdsearch.types import Document, Query, Run
 
 logger = logging.getLogger(__name__)
+
+MERGE_PUBLISH_WAIT_S = 60.0  # how long a write waits while a finished merge is being published (not 409)
 
 
 class ServiceError(Exception):
@@ -88,12 +96,19 @@ class SearchService:
     _pending_deletes: int = 0
     _searcher_lock: threading.Lock = field(default_factory=threading.Lock)
     _searcher: tuple | None = None  # (snapshot, query encoder, its Searcher): one per committed snapshot
+    _watched: object | None = None  # the background merge a publisher thread waits for
+    _publishing: threading.Event = field(default_factory=threading.Event)  # that thread wants the write lock
 
     @classmethod
     def open(cls, encoder, index_path: Path, corpus: dict[str, Document] | None = None, writable: bool = True,
-             bm25=None, typical_sample: int = 0) -> SearchService:
-        """Load a static index or open a segmented one (its writer too when `writable` and the lock is free)."""
+             bm25=None, typical_sample: int = 0, max_segments: int | None = None) -> SearchService:
+        """Load a static index or open a segmented one (its writer too when `writable` and the lock is free).
+
+        max_segments: the writer merges in the background whenever a commit (or the index as opened) leaves
+            more segments than this; None: never.
+        """
         from uhdsearch.index import index_kind, open_index
+        from uhdsearch.index.live.segments import SegmentedIndex
 
         index_path = Path(index_path)
         writer, refusal, added = None, None, None
@@ -101,7 +116,8 @@ class SearchService:
             added = index_path / ADDED_FILE
             if writable:
                 try:
-                    writer = open_index(index_path, writable=True)
+                    writer = SegmentedIndex.open(index_path, writable=True, max_segments=max_segments,
+                                                 background_merges=True)
                 except IndexLockedError as exc:
                     refusal = (423, f"the index is locked by another writer: {exc}")
             else:
@@ -115,12 +131,17 @@ class SearchService:
             if typical_sample > 0 else None
         service = cls(encoder, snapshot, documents, writer, refusal, bm25, typical)
         Searcher(encoder, snapshot.index, max_df=None)  # dim and bucket checks now, not on the first request
+        if writer is not None and max_segments is not None and writer.n_segments > max_segments:
+            writer.merge_in_background(max_segments)
+            service._watch_merge()
         return service
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        """Release the writer (a background merge not yet published is cancelled and its files removed)."""
+        with self._write_lock:  # not in the middle of a commit, the merge publisher's included
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
 
     # ------------------------------------------------------------------ reading
     def searcher(self, snapshot: Snapshot) -> Searcher:
@@ -212,7 +233,12 @@ class SearchService:
         if self.write_refusal is not None:
             raise ServiceError(*self.write_refusal)
         if not self._write_lock.acquire(blocking=False):
-            raise ServiceError(409, "another write request is under way; retry when it has finished")
+            # A merge being published is no other client's write: wait for it rather than answer 409.
+            if not (self._publishing.is_set() and self._write_lock.acquire(timeout=MERGE_PUBLISH_WAIT_S)):
+                raise ServiceError(409, "another write request is under way; retry when it has finished")
+        if self.writer is None:
+            self._write_lock.release()
+            raise ServiceError(503, "the server is shutting down")
         return self._write_lock
 
     @property
@@ -287,7 +313,43 @@ class SearchService:
         held[2].facts.document_frequencies  # counted here, before the swap, not in the next search request
         with self._searcher_lock:
             self.snapshot, self._searcher = snapshot, held
+        self._watch_merge()
         return {"generation": generation, "n_documents": reader.n_documents}
+
+    # ------------------------------------------------------------------ merging
+    @property
+    def merging(self) -> bool:
+        """Whether a background merge is under way or waits to be published."""
+        return self.writer is not None and self.writer.background_merge is not None
+
+    def _watch_merge(self) -> None:
+        """Have the writer's background merge (if a commit just started one) published when it finishes."""
+        merge = self.writer.background_merge if self.writer is not None else None
+        if merge is None or merge is self._watched:
+            return
+        self._watched = merge
+        logger.info("merging segments %s in the background", ", ".join(merge.sources))
+        threading.Thread(target=self._publish_merge, args=(merge,), name="uhdsearch-merge-publisher",
+                         daemon=True).start()
+
+    def _publish_merge(self, merge) -> None:
+        merge.wait()
+        self._publishing.set()
+        try:
+            with self._write_lock:
+                if self.writer is None or self.writer.background_merge is not merge:
+                    return  # closed (the merge cancelled), or a commit already swapped it in
+                if self.pending_changes:
+                    logger.info("merge of %s finished; the next commit publishes it with the %d pending changes",
+                                ", ".join(merge.sources), self.pending_changes)
+                    return
+                done = self._commit()
+                logger.info("merged %s into %s (generation %d, %d segments)", ", ".join(merge.sources),
+                            ", ".join(merge.merged), done["generation"], self.writer.n_segments)
+        except Exception:  # the index is unchanged; the next commit tries again
+            logger.exception("publishing the merge of %s failed", ", ".join(merge.sources))
+        finally:
+            self._publishing.clear()
 
 
 def _pairs(items, name: str) -> list[dict]:
