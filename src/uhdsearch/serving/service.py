@@ -193,8 +193,10 @@ class SearchService:
         searcher = self.searcher(snapshot)
         resolved = searcher.resolve(options)
         query = searcher.encode([Query("q", text)], options)
-        shared = dim_contributions(snapshot.index, query, number, resolved.bucket_weights, resolved.scoring,
+        # kernel_scoring: with idf, binary scoring counts the quantized query weights, as /search does
+        shared = dim_contributions(snapshot.index, query, number, resolved.bucket_weights, resolved.kernel_scoring,
                                    resolved.length_norm)
+        first_pass = _first_pass_dims(searcher, resolved.cascade, snapshot.index.n_documents)
         shared.sort(key=lambda row: (-row[3], row[0], row[1]))
         query_tokens = token_winners(self.encoder, [text[:self._max_query_chars()]], "query")[0]
         document = snapshot.texts.get(doc_id)
@@ -206,7 +208,7 @@ class SearchService:
             dims = []
             for _, dim, value, contribution in mine[:max_dims]:
                 typical = self.typical.get(b, dim) if self.typical is not None else None
-                dims.append({
+                dims.append({**({"first_pass": bool(first_pass(b, dim))} if first_pass else {}),
                     "dim": dim, "contribution": contribution, "query_value": value,
                     "query_tokens": _pairs(query_tokens[b].tokens_of(dim), "value"),
                     "document_tokens": (_pairs(document_tokens[b].tokens_of(dim), "value")
@@ -215,7 +217,13 @@ class SearchService:
                 })
             buckets.append({"bucket": b, "layer": layers[b], "weight": resolved.bucket_weights[b],
                             "score": sum(row[3] for row in mine), "n_matched": len(mine), "dims": dims})
+        cascade = resolved.cascade
         return {"query": text, "doc_id": doc_id, "scoring": resolved.scoring,
+                "options": {"scoring": resolved.scoring, "query_k": resolved.query_k, "max_df": resolved.max_df,
+                            "idf": resolved.idf, "length_norm": resolved.length_norm,
+                            "cascade": None if cascade is None else
+                            {"first_max_df": cascade.first_max_df, "depth": cascade.depth,
+                             "first_pass_score": sum(row[3] for row in shared if first_pass(row[0], row[1]))}},
                 "score": sum(row[3] for row in shared), "n_query_dims": int(sum(m.nnz for m in query.buckets)),
                 "document_text": document is not None,
                 "typical_tokens": "ready" if self.typical and self.typical.ready else
@@ -350,6 +358,16 @@ class SearchService:
             logger.exception("publishing the merge of %s failed", ", ".join(merge.sources))
         finally:
             self._publishing.clear()
+
+
+def _first_pass_dims(searcher: Searcher, cascade, n_documents: int):
+    """(bucket, dim) -> whether a cascade's first pass reads that query dim (cascade.split_by_frequency's rule);
+    None without a cascade."""
+    if cascade is None:
+        return None
+    frequencies = searcher.facts.document_frequencies
+    limit = cascade.first_max_df * n_documents
+    return lambda bucket, dim: frequencies[bucket][dim] <= limit
 
 
 def _pairs(items, name: str) -> list[dict]:
