@@ -112,3 +112,26 @@ def test_merges_run_in_the_background_and_searches_see_committed_states_only(seg
     assert reader.n_segments <= 2 and reader.generation == final["generation"]
     run = Searcher(served_encoder, reader).search([Query("q", query)], 20)
     assert [(h.doc_id, pytest.approx(h.score)) for h in run["q"]] == [(d, s) for d, s in _ranking(final)]
+
+
+def test_a_write_waits_for_a_merge_being_published_but_not_for_another_write(live, mini_data):
+    """While a merge publisher holds the write lock (its commit), a client's write waits for it instead of
+    getting 409; while another client's write holds it, 409 at once."""
+    service = live.app.state.service
+    body = {"documents": _documents(mini_data, 300, 301)}
+
+    def hold(seconds):
+        with service._write_lock:
+            held.set()
+            threading.Event().wait(seconds)
+
+    for publishing, status in ((True, 200), (False, 409)):
+        held = threading.Event()
+        service._publishers = int(publishing)
+        holder = threading.Thread(target=hold, args=(0.5,))
+        holder.start()
+        assert held.wait(10)
+        response = live.post("/documents", json={**body, "replace": True}, headers=KEY)
+        holder.join()
+        assert response.status_code == status, response.text
+    service._publishers = 0

@@ -97,7 +97,8 @@ class SearchService:
     _searcher_lock: threading.Lock = field(default_factory=threading.Lock)
     _searcher: tuple | None = None  # (snapshot, query encoder, its Searcher): one per committed snapshot
     _watched: object | None = None  # the background merge a publisher thread waits for
-    _publishing: threading.Event = field(default_factory=threading.Event)  # that thread wants the write lock
+    _publishers: int = 0  # merge publishers that want the write lock or hold it
+    _publishers_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def open(cls, encoder, index_path: Path, corpus: dict[str, Document] | None = None, writable: bool = True,
@@ -242,7 +243,7 @@ class SearchService:
             raise ServiceError(*self.write_refusal)
         if not self._write_lock.acquire(blocking=False):
             # A merge being published is no other client's write: wait for it rather than answer 409.
-            if not (self._publishing.is_set() and self._write_lock.acquire(timeout=MERGE_PUBLISH_WAIT_S)):
+            if not (self._publishers and self._write_lock.acquire(timeout=MERGE_PUBLISH_WAIT_S)):
                 raise ServiceError(409, "another write request is under way; retry when it has finished")
         if self.writer is None:
             self._write_lock.release()
@@ -342,7 +343,8 @@ class SearchService:
 
     def _publish_merge(self, merge) -> None:
         merge.wait()
-        self._publishing.set()
+        with self._publishers_lock:
+            self._publishers += 1
         try:
             with self._write_lock:
                 if self.writer is None or self.writer.background_merge is not merge:
@@ -357,7 +359,8 @@ class SearchService:
         except Exception:  # the index is unchanged; the next commit tries again
             logger.exception("publishing the merge of %s failed", ", ".join(merge.sources))
         finally:
-            self._publishing.clear()
+            with self._publishers_lock:
+                self._publishers -= 1
 
 
 def _first_pass_dims(searcher: Searcher, cascade, n_documents: int):
