@@ -280,13 +280,8 @@ class SegmentedIndex(IndexCapabilities):
         Writes the added documents as a new segment and changed deletions as new files, fsyncs them, then
         writes commit_<generation>.json atomically. A finished background merge is swapped in first. With more
         than `max_segments` segments, merges them (or starts a background merge if `background_merges` is set and
-        none is under way).
-
-        Args:
-            before_publish: called with the new generation once everything else is durable, just before the
-                commit file is written. What it writes durably under that generation is published by the same
-                rename; if the process dies first, no commit of that generation exists (the service stores the
-                added documents' texts this way).
+        none is under way). `before_publish(generation)` runs just before the commit file is written: files it
+        writes under that generation are published by the same rename (the service's added texts).
         """
         self._check_writable()
         self._flush()
