@@ -17,10 +17,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(index_dir: Path, model_dir: Path, port: int, *extra: str, env: dict | None = None) -> subprocess.Popen:
+def start_server(index_dir: Path, model_dir: Path, port: int, *extra: str, env: dict | None = None,
+                 pause_dir: Path | None = None) -> subprocess.Popen:
+    """pause_dir: run it through pausing_server.py, which stops at the points armed by files there."""
     src = Path(__file__).resolve().parents[2] / "src"
     env = {**os.environ, **(env or {}), "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    command = [sys.executable, "-m", "uhdsearch.cli.main", "serve", str(index_dir), "--model", str(model_dir),
+    launcher = ["-m", "uhdsearch.cli.main"] if pause_dir is None else \
+        [str(Path(__file__).with_name("pausing_server.py")), str(pause_dir)]
+    command = [sys.executable, *launcher, "serve", str(index_dir), "--model", str(model_dir),
                "--port", str(port), *extra]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -40,7 +44,7 @@ def wait_ready(base: str, process: subprocess.Popen, timeout: float = 240) -> No
 
 
 def stop(process: subprocess.Popen) -> str:
-    """Kill the server; its whole output."""
+    """Kill the server (SIGKILL: no shutdown, no commit at exit); its whole output."""
     if process.poll() is None:
         process.kill()
     return process.communicate(timeout=60)[0]

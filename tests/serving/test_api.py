@@ -93,6 +93,14 @@ def test_bm25_ranking_beside(client, corpus):
     assert [h["doc_id"] for h in hits] == [s.doc_id for s in expected]
 
 
+def test_bm25_draws_no_progress_bar_in_the_server_log(client, capfd):
+    capfd.readouterr()
+    response = client.get("/search", params={"q": QUERY, "k": 5, "system": "bm25"})
+    assert response.status_code == 200 and len(response.json()["results"][0]["hits"]) == 5
+    err = capfd.readouterr().err
+    assert "BM25 search" not in err and "it/s" not in err, err
+
+
 def test_document_lookup(client, corpus):
     doc_id = next(iter(corpus))
     assert client.get(f"/documents/{doc_id}").json() == {"doc_id": doc_id, "title": corpus[doc_id].title,
@@ -238,6 +246,46 @@ def test_workers_must_be_positive():
 
     with pytest.raises(UsageError, match="workers=0"):
         ServeSettings(workers=0)
+
+
+@pytest.mark.parametrize("scoring", ["binary", "weighted"])
+def test_explain_takes_idf_as_search_does(client, scoring):
+    params = {"q": QUERY, "scoring": scoring, "idf": "true"}
+    hits = client.get("/search", params={**params, "k": 3}).json()["results"][0]["hits"]
+    for hit in hits:
+        data = client.get("/explain", params={**params, "doc_id": hit["doc_id"]}).json()
+        assert data["score"] == pytest.approx(hit["score"], rel=1e-4)
+        assert data["options"]["idf"] is True and data["options"]["cascade"] is None
+    plain = client.get("/explain", params={"q": QUERY, "scoring": scoring, "doc_id": hits[0]["doc_id"]}).json()
+    assert plain["options"]["idf"] is False and plain["score"] != pytest.approx(hits[0]["score"], rel=1e-4)
+
+
+def test_explain_takes_the_cascade_as_search_does(client):
+    params = {"q": QUERY, "scoring": "binary", "cascade": "0.1:5", "max_df": "none"}
+    hits = client.get("/search", params={**params, "k": 5}).json()["results"][0]["hits"]
+    assert len(hits) == 5
+    for hit in hits:
+        data = client.get("/explain", params={**params, "doc_id": hit["doc_id"]}).json()
+        assert data["score"] == pytest.approx(hit["score"], rel=1e-4)  # a cascade's hits are scored exactly
+        cascade = data["options"]["cascade"]
+        assert (cascade["first_max_df"], cascade["depth"]) == (0.1, 5)
+        dims = [d for b in data["buckets"] for d in b["dims"]]
+        first = sum(d["contribution"] for d in dims if d["first_pass"])
+        assert 0 <= first <= cascade["first_pass_score"] + 1e-9 <= data["score"] + 2e-9  # dims: the top 50
+    assert any(not d["first_pass"] for b in data["buckets"] for d in b["dims"])  # frequent dims: second pass
+
+
+@pytest.mark.parametrize(("params", "words"), [
+    ({"cascade": "0.1:5", "scoring": "weighted"}, "cascade"),  # the index's weighted scoring cannot cascade
+    ({"cascade": "often"}, "cascade"),
+    ({"cascade": "0.1:500"}, "max_k=50"),
+    ({"idf": "maybe"}, "idf"),
+])
+def test_explain_refuses_the_options_search_refuses(client, params, words):
+    doc_id = client.get("/search", params={"q": QUERY, "k": 1}).json()["results"][0]["hits"][0]["doc_id"]
+    for path, extra in (("/search", {}), ("/explain", {"doc_id": doc_id})):
+        response = client.get(path, params={"q": QUERY, **params, **extra})
+        assert response.status_code == 422 and words in response.json()["error"], (path, response.text)
 
 
 def test_explain_token_lists_are_the_same_through_onnx_runtime(served, corpus):

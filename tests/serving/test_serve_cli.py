@@ -9,6 +9,7 @@ import pytest
     (["--port", "70000"], "--port 70000"),
     (["--max-k", "0"], "max_k=0"),
     (["--workers", "-1"], "--workers -1"),
+    (["--max-segments", "-1"], "--max-segments -1"),
 ])
 def test_serve_option_errors(served, capsys, args, words):
     from uhdsearch.cli.main import main

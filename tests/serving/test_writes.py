@@ -160,3 +160,30 @@ def test_a_torn_store_tail_is_cut_by_the_writer_and_loses_no_later_text(segmente
     again = SearchService.open(served_encoder, segmented, None, writable=False)
     assert again.document(new[0]["doc_id"]).text == new[0]["text"]
     assert again.documents.get("old").text == "kept"
+
+
+def test_the_id_map_of_a_new_snapshot_is_built_off_the_event_loop(live, mini_data, monkeypatch):
+    """/documents/{id} after a commit must not build the map of every doc_id on the event loop (it stalls every
+    other request on a large index): the commit builds it on its worker thread."""
+    import asyncio
+
+    from uhdsearch.index.live.segments import SegmentedIndex
+
+    on_loop = []
+    doc_ids = SegmentedIndex.doc_ids
+
+    def recording(self):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return doc_ids.fget(self)
+
+    monkeypatch.setattr(SegmentedIndex, "doc_ids", property(recording))
+    new = _new(mini_data, 2)
+    assert live.post("/documents", params={"commit": "true"}, json={"documents": new}, headers=KEY).status_code == 200
+    for d in new:
+        assert live.get(f"/documents/{d['doc_id']}").json()["title"] == d["title"]
+    assert live.get("/documents/no-such-doc").status_code == 404
+    assert on_loop and not any(on_loop), on_loop  # read (by the commit), and never on the loop

@@ -32,6 +32,10 @@ def serve(
                               "comparison (/search?system=bm25)."),
     discard_pending: bool = typer.Option(False, "--discard-pending", help="At shutdown, drop the added and "
                                          "deleted documents not yet committed (default: commit them)."),
+    max_segments: int = typer.Option(10, "--max-segments", help="When a commit leaves more segments than this, "
+                                     "merge them in the background (searches and writes go on; the merge is "
+                                     "published by a commit of its own, or with the next one while changes are "
+                                     "pending). 0: never merge. Applies to a writable segmented index."),
     read_only: bool = typer.Option(False, "--read-only", help="No writes: never take the segmented index's write "
                                    "lock, no API key."),
     typical_sample: int = typer.Option(300, "--typical-sample", help="Documents of --data sampled (in the "
@@ -92,6 +96,8 @@ def serve(
                              max_body_bytes=max_body_bytes, queue_timeout_s=queue_timeout, max_queue=max_queue,
                              loopback=loopback, workers=workers, encode_batch=encode_batch,
                              encode_wait_s=encode_wait_ms / 1000, commit_at_shutdown=not discard_pending)
+    if max_segments < 0:
+        raise UsageError(f"--max-segments {max_segments} must be 0 (never merge) or a positive number of segments")
     if shards < 0:
         raise UsageError(f"--shards {shards} must be 0 (no sharding) or a positive number of shards")
     if (ray_address or shard_dir or replicas != 1) and not shards:
@@ -107,7 +113,8 @@ def serve(
     sharding = (shards, None if ray_address in (None, "local") else ray_address, shard_dir, replicas) \
         if shards else None
     service = open_service(index_dir, model, data, bm25, not read_only, typical_sample, sharding,
-                           onnx_threads=torch_threads if onnx else None, lookup=lookup, student=student)
+                           onnx_threads=torch_threads if onnx else None, lookup=lookup, student=student,
+                           max_segments=max_segments or None)
     if service.write_refusal is None:  # writable: never without a key
         try:
             settings = replace(settings, api_key=_write_key(index_dir, api_key, api_key_file))
@@ -133,7 +140,8 @@ def _write_key(index_dir: Path, api_key: Optional[str], api_key_file: Optional[P
 
 def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool, writable: bool,
                  typical_sample: int, sharding: tuple[int, Optional[str], Optional[Path], int] | None = None,
-                 onnx_threads: int | None = None, lookup: bool = False, student: Optional[Path] = None):
+                 onnx_threads: int | None = None, lookup: bool = False, student: Optional[Path] = None,
+                 max_segments: int | None = None):
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.encoder.query import open_query_encoder
     from uhdsearch.evaluation.datasets import load_corpus
@@ -166,6 +174,7 @@ def open_service(index_dir: Path, model: Path, data: Optional[Path], bm25: bool,
         n_shards, address, shard_dir, replicas = sharding
         return open_sharded_service(encoder, index_dir, n_shards, address, shard_dir, corpus, retriever,
                                     typical_sample if corpus else 0, replicas=replicas)
-    service = SearchService.open(encoder, index_dir, corpus, writable, retriever, typical_sample if corpus else 0)
+    service = SearchService.open(encoder, index_dir, corpus, writable, retriever, typical_sample if corpus else 0,
+                                 max_segments=max_segments)
     service.query_encoder = query_encoder
     return service

@@ -104,4 +104,4 @@ def open_sharded_service(encoder, index_dir: Path, n_shards: int, address: str |
         if typical_sample > 0 and corpus else None
     refusal = (405, f"{index_dir} is served as {n_shards} read-only shards; serve a segmented index without "
                     "--shards to write")
-    return SearchService(encoder, Snapshot(sharded, None), documents, None, refusal, bm25, typical)
+    return SearchService(encoder, Snapshot(sharded, None, documents.texts), documents, None, refusal, bm25, typical)

@@ -103,7 +103,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     def hits(run: Run, query: Query, snapshot: Snapshot) -> dict:
         found = []
         for rank, hit in enumerate(run.results.get(query.query_id, []), 1):
-            document = service.documents.get(hit.doc_id) or Document(hit.doc_id, "")
+            document = snapshot.texts.get(hit.doc_id) or Document(hit.doc_id, "")
             found.append({"doc_id": hit.doc_id, "score": hit.score, "rank": rank, "title": document.title,
                           "snippet": _snippet(document.text, settings.snippet_chars)})
         return {"query_id": query.query_id, "text": query.text, "hits": found}
@@ -167,11 +167,16 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     async def explain(q: str = Param(..., min_length=1), doc_id: str = Param(..., min_length=1),
                       scoring: str | None = Param(None, pattern="^(binary|weighted)$"),
                       query_k: int | None = Param(None, ge=0), bucket_weights: str | None = None,
-                      max_df: str = Param("auto"), length_norm: str = Param("auto")) -> dict:
-        """The latent dimensions query and document share, per bucket: contribution, tokens, typical tokens."""
+                      max_df: str = Param("auto"), length_norm: str = Param("auto"),
+                      idf: bool = Param(False, description="weight query dims by IDF"),
+                      cascade: str = Param("auto", description="as /search: which dims the first pass reads")) -> dict:
+        """The latent dimensions query and document share, per bucket: contribution, tokens, typical tokens.
+
+        Takes /search's options; the score is the one /search gives the document with them (a cascade's hits are
+        scored exactly), and with a cascade each dim says whether its first pass reads it."""
         limits.check_queries([q], 1, settings)
         options = _options(dict(scoring=scoring, query_k=query_k, bucket_weights=bucket_weights, max_df=max_df,
-                                length_norm=length_norm), settings.max_k)
+                                idf=idf, cascade=cascade, length_norm=length_norm), settings.max_k)
         limits.check_options(options.query_k, options.bucket_weights, settings)
         explained = await blocking(service.explain, q, doc_id, options)
         limits.check_finite(explained["score"], "the score")
@@ -205,10 +210,11 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         snapshot = service.snapshot
         return {"status": "ok", "n_documents": snapshot.index.n_documents, "generation": snapshot.generation,
                 "variant": snapshot.index.variant, "n_buckets": snapshot.index.n_buckets,
-                "bm25": service.bm25 is not None, "document_texts": len(service.documents) > 0,
+                "bm25": service.bm25 is not None, "document_texts": bool(snapshot.texts),
                 "writes": service.write_refusal is None and settings.api_key is not None,
                 "typical_tokens": service.typical is not None and service.typical.ready,
                 "n_segments": getattr(snapshot.index, "n_segments", None),
+                "merging": service.merging,
                 "pending_changes": service.pending_changes}
 
     @app.get("/ready")

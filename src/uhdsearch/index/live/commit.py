@@ -22,7 +22,7 @@ import re
 import shutil
 import warnings
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -249,12 +249,14 @@ def segment_entry(segment: Segment) -> dict[str, Any]:
 
 
 def write_next_commit(
-    directory: Path, previous: dict[str, Any], segments: Sequence[Segment], next_segment: int
+    directory: Path, previous: dict[str, Any], segments: Sequence[Segment], next_segment: int,
+    before_publish: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, Any], list[Segment]]:
     """Write the commit after `previous`: new deletion files, then commit_<generation>.json, durably.
 
-    Segments with no live document are dropped. Returns the new commit's body and the segments it names,
-    all marked clean. Never reuses a generation on disk, not even that of a corrupt commit file.
+    Segments with no live document are dropped. `before_publish(generation)` runs between the two (see
+    `SegmentedIndex.commit`). Returns the new commit's body and the segments it names, all marked clean. Never
+    reuses a generation on disk, not even that of a corrupt commit file.
     """
     generation = max(list_generations(directory)[:1] + [previous["generation"]]) + 1
     kept = [s for s in segments if s.n_live > 0]
@@ -263,6 +265,8 @@ def write_next_commit(
     layout = {key: previous[key] for key in ("variant", "dim", "n_buckets", "encoder_digest")}
     body = {"generation": generation, **layout, "next_segment": next_segment,
             "n_documents": sum(s.n_live for s in kept), "segments": [segment_entry(s) for s in kept]}
+    if before_publish is not None:
+        before_publish(generation)
     write_commit(directory, body)
     for s in kept:
         s.dirty = False

@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -275,13 +275,14 @@ class SegmentedIndex(IndexCapabilities):
             self._changed()
         return len(present)
 
-    def commit(self) -> int:
+    def commit(self, before_publish: Callable[[int], None] | None = None) -> int:
         """Make every change durable and visible to new readers; returns the new generation.
 
         Writes the added documents as a new segment and changed deletions as new files, fsyncs them, then
         writes commit_<generation>.json atomically. A finished background merge is swapped in first. With more
         than `max_segments` segments, merges them (or starts a background merge if `background_merges` is set and
-        none is under way).
+        none is under way). `before_publish(generation)` runs just before the commit file is written: files it
+        writes under that generation are published by the same rename (the service's added texts).
         """
         self._check_writable()
         self._flush()
@@ -291,7 +292,7 @@ class SegmentedIndex(IndexCapabilities):
                 self._merge(self.max_segments)
             elif self._background is None:
                 self._start_background_merge(self.max_segments)
-        return self._write_commit()
+        return self._write_commit(before_publish)
 
     def merge(self, max_segments: int = 1) -> int:
         """Rewrite live documents so that at most `max_segments` segments remain, then commit.
@@ -435,8 +436,8 @@ class SegmentedIndex(IndexCapabilities):
             self._live.forget()
             self._changed()
 
-    def _write_commit(self) -> int:
-        body, kept = cp.write_next_commit(self.path, self._body, self._segments, self._next_segment)
+    def _write_commit(self, before_publish: Callable[[int], None] | None = None) -> int:
+        body, kept = cp.write_next_commit(self.path, self._body, self._segments, self._next_segment, before_publish)
         # Durable from here on. Keep the previous commit as a fallback; everything else may go.
         previous, self._body = self._body, body
         if len(kept) != len(self._segments):
