@@ -1,11 +1,14 @@
 """Ablations behind the quickstart recipe: untrained vs trained head, loss, bucket layers, dim, wta_k, query_k.
 
+Chose the quickstart recipe's head (training/recipe.py `Recipe`): trained and centred, one bucket on the last
+layer, dim 32,768, wta_k 40, no query truncation (query_k None).
+
 The variants are read from benchmarks/configs/ablations.toml (--config); the results JSON names the file.
 One backbone pass over the corpus (frozen backbone) is cached to --cache and shared by every variant.
 Prints a table and writes benchmarks/results/ablations_<dataset>.json.
 
-    .venv/bin/python benchmarks/ablations.py                       # all variants on bundled SciFact
-    .venv/bin/python benchmarks/ablations.py --only untrained-l6,trained-l6
+    .venv/bin/python -m benchmarks.experiments.ablations                       # all variants on bundled SciFact
+    .venv/bin/python -m benchmarks.experiments.ablations --only untrained-l6,trained-l6
 """
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
-from settings import default_config, machine_record, read_config, relative
 
+from benchmarks.lib.settings import RESULTS, default_config, read_config, record, relative
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.encoder.states import TokenStates, compute_token_states
@@ -132,12 +135,13 @@ def main() -> None:
     for r in rows:
         print(f"{r['variant']:24s} {r['scoring']:9s} {str(r['query_k']):>7s} {r['selection']:10s} "
               + " ".join(f"{r[m]:8.4f}" for m in config.measures))
-    out = Path(__file__).parent / "results" / f"ablations_{data.name}.json"
+    out = RESULTS / f"ablations_{data.name}.json"
     previous = json.loads(out.read_text())["rows"] if out.is_file() else []
     rows = [r for r in previous if r["variant"] not in set(names)] + rows  # runs of other variants are kept
     out.write_text(json.dumps({"dataset": data.name, "split": "test", "config": relative(args.config), "rows": rows,
                                "minutes_last_run": round((time.time() - start) / 60, 1),
-                               "machine": machine_record()}, indent=1) + "\n")
+                               **record(args.config, {key: str(value) if isinstance(value, Path) else value
+                                                      for key, value in vars(args).items()})}, indent=1) + "\n")
     print(f"wrote {out}")
 
 

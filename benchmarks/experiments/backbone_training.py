@@ -1,14 +1,17 @@
 """Backbone training where it pays on a CPU (issue 16 item 5): cost per step and whether it helps, on SciFact.
 
+Chose to keep the backbone frozen by default (`uhdsearch train --train-backbone-layers 0`); training its top
+layers stays an option.
+
 MiniLM's top layer(s) train on cached lower-layer states (encoder/top_layers.py), and SPLADE-tiny (2 layers,
 hidden 128) is fine-tuned whole, each with a UHD head and the quickstart's recipe (train_on_collection: binary-aware
 InfoNCE, train qrels + ICT pairs, dev = 10 % of the train queries, dev nDCG@10 early stopping where step 0
 competes). Settings in benchmarks/configs/backbone_training.toml; parts can run in parallel processes:
 
-    python benchmarks/backbone_training.py --part states                 # MiniLM token states, once (cached)
-    python benchmarks/backbone_training.py --part timing --backbone minilm   # s/step, same batch, every mode
-    python benchmarks/backbone_training.py --part train --run minilm-top1-lr1e-5   # one run: dev curve, kept model
-    python benchmarks/backbone_training.py --part test --backbone minilm  # per group: best on dev, test once
+    python -m benchmarks.experiments.backbone_training --part states                 # MiniLM token states, once (cached)
+    python -m benchmarks.experiments.backbone_training --part timing --backbone minilm   # s/step, same batch, every mode
+    python -m benchmarks.experiments.backbone_training --part train --run minilm-top1-lr1e-5   # one run: dev curve, kept model
+    python -m benchmarks.experiments.backbone_training --part test --backbone minilm  # per group: best on dev, test once
 
 Results: benchmarks/results/backbone_training_scifact.json (each part merges its section) and a table.
 """
@@ -26,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from settings import parse_args, record
 
+from benchmarks.lib.settings import RESULTS, command, parse_args, record
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
@@ -43,7 +46,7 @@ from uhdsearch.training.data import unique_document_batches
 from uhdsearch.training.losses import infonce
 from uhdsearch.training.recipe import Recipe, cached_layers, train_on_collection, training_pairs
 
-RESULTS = Path(__file__).resolve().parent / "results" / "backbone_training_scifact.json"
+RESULT_JSON = RESULTS / "backbone_training_scifact.json"
 QUICKSTART = Recipe(dev_length_norm=0.0)  # as its README figures were chosen: plain-count dev checks
 
 
@@ -233,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--max-steps", type=int)
     parser.add_argument("--max-minutes", type=float)
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", default=str(RESULT_JSON))
     return parser
 
 
@@ -277,7 +280,7 @@ def main() -> None:
             section["runs"] = {**result.get("runs", {}), **section["runs"]}
         what = args.part + "_" + (args.run or args.backbone)
         result.update(section)
-        result.setdefault("commands", {})[what] = " ".join(["python"] + sys.argv)
+        result.setdefault("commands", {})[what] = command()
         result.update({**record(config_path, settings),
                        "reference": {"untrained head (README), binary / weighted": [0.6879, 0.6669],
                                      "head-only recipe, 450 steps (README), binary / weighted": [0.7112, 0.7049]}})

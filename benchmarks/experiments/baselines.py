@@ -1,14 +1,16 @@
 """The comparison table of issue 3: every system on one BEIR collection, paired t-tests against BM25.
 
+Chooses no default: the comparison table.
+
 Writes benchmarks/results/baselines_<dataset>.json (see uhdsearch.experiments.run_comparison) and prints the table.
 
-    .venv/bin/python benchmarks/baselines.py                                   # bundled SciFact, every system
-    .venv/bin/python benchmarks/baselines.py --fast --systems bm25,bm25-uni,bm25-bi,splade-tiny,dense,\
+    .venv/bin/python -m benchmarks.experiments.baselines                                   # bundled SciFact, every system
+    .venv/bin/python -m benchmarks.experiments.baselines --fast --systems bm25,bm25-uni,bm25-bi,splade-tiny,dense,\
         uhd-binary,uhd-weighted,hybrid-uhd-bm25,hybrid-dense-bm25,rrf-uhd-bm25
-    .venv/bin/python benchmarks/baselines.py --data ../shared/data/cisi --train-data src/uhdsearch/data/scifact \
+    .venv/bin/python -m benchmarks.experiments.baselines --data ../shared/data/cisi --train-data src/uhdsearch/data/scifact \
         --systems bm25,dense,dense+whiten-seq,dense+whiten-tok,de-256,uhd-binary,uhd-binary+whiten
         (out of domain: everything trained and fit on SciFact; writes results/baselines_cisi_from_scifact.json)
-    .venv/bin/python benchmarks/baselines.py --systems sum-of-max+nice,dense+nice --merge
+    .venv/bin/python -m benchmarks.experiments.baselines --systems sum-of-max+nice,dense+nice --merge
         (rerun some systems; their rows replace those in the existing file, the other rows are kept)
 
 Settings (systems, fast) come from benchmarks/configs/baselines.toml (--config); options override single ones.
@@ -21,13 +23,11 @@ import logging
 import sys
 from pathlib import Path
 
-from settings import parse_args, record
-
+from benchmarks.lib.settings import RESULTS, parse_args, record
 from uhdsearch.evaluation.datasets import bundled_dataset_dir
 from uhdsearch.experiments import run_comparison
 from uhdsearch.io import write_json
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def build_parser() -> argparse.ArgumentParser:

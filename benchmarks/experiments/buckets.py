@@ -1,6 +1,9 @@
 """Trained buckets on SciFact (paper §3.5, §4.5, Tables 5-6, A.3): one bucket against several, joint against separate
 training, equal against dev-tuned weights, a per-query weight predictor and the per-query oracle.
 
+Chose one bucket on the last layer (the recipe's default): several buckets, trained jointly or separately,
+with equal or dev-tuned weights, did not beat one bucket of the same total size.
+
 Frozen MiniLM; the quickstart's recipe (InfoNCE through the binarized buckets, lr 1e-3, train qrels + ICT pairs,
 dev early stopping in which step 0 competes) with the sizes of benchmarks/configs/buckets.toml. Dev = the recipe's
 held-out 10 % of SciFact's TRAIN queries, scored over the whole corpus; weights, the predictor's ridge strength and
@@ -8,7 +11,7 @@ everything else are chosen there. The test split is scored once per chosen setti
 grid vectors feed only the per-query oracle, an upper bound reported as such. Token states, models and encodings
 are cached under --cache-dir, so a rerun resumes.
 
-    nice -n 10 python benchmarks/buckets.py       # table on stdout, JSON in benchmarks/results/buckets_scifact.json
+    nice -n 10 python -m benchmarks.experiments.buckets       # table on stdout, JSON in benchmarks/results/buckets_scifact.json
 """
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
-from settings import comma_list, parse_args, record
 
+from benchmarks.lib.settings import RESULTS, comma_list, parse_args, record
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
@@ -39,7 +42,7 @@ from uhdsearch.sparse import SparseEncoding
 from uhdsearch.training.buckets import bucket_config, bucket_scores, rank, train_jointly, train_separately, weight_grid
 from uhdsearch.training.recipe import Recipe, train_on_collection, training_pairs
 
-RESULTS = Path(__file__).resolve().parent / "results" / "buckets_scifact.json"
+RESULT_JSON = RESULTS / "buckets_scifact.json"
 MEASURES = ("nDCG@10", "RR@10")
 
 
@@ -150,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir")
     parser.add_argument("--max-steps", type=int)
     parser.add_argument("--layers", type=comma_list(int))
-    parser.add_argument("--out", default=str(RESULTS), help="(default: results/buckets_scifact.json)")
+    parser.add_argument("--out", default=str(RESULT_JSON), help="(default: results/buckets_scifact.json)")
     parser.add_argument("--only", type=comma_list(str), help="the models to run, of: untrained, separate, "
                         "single-fair, joint, single-fair untrained (default: all, in that order)")
     return parser
@@ -325,7 +328,7 @@ def report(args, config_path, settings, recipe, grid, splits, n_documents, info,
               f"{c['paired_t_test_p']:.3f})")
     write_json(args.out, {"dataset": "scifact", "dev": "10% of train queries (recipe split, seed 0), whole corpus",
                           "backbone": "all-MiniLM-L6-v2 (frozen)", "grid": grid.tolist(),
-                          "recipe": recipe.to_json(), "command": " ".join(["python"] + sys.argv),
+                          "recipe": recipe.to_json(),
                           **record(config_path, settings), "training": info, "rows": rows_out,
                           "paired_test_binary_nDCG@10": comparisons})
     print(f"wrote {args.out}", flush=True)

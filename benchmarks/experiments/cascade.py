@@ -1,12 +1,15 @@
 """The cascade (search/cascade.py): nDCG@10 against exact search over a grid, then ms per query at 1M documents.
 
-quality: the quickstart model's encodings of SciFact, CISI and Medline (benchmarks/encoded_cache.py), each alone
+Chose the cascade's "auto" settings (search/cascade.py): a first pass over the dims at max_df 0.1 to depth 100
+(0.1:300 for length-normalized scores), from 100,000 documents on.
+
+quality: the quickstart model's encodings of SciFact, CISI and Medline (benchmarks/lib/encoded_cache.py), each alone
 and with `n_distractors` dictionary definitions added of at most `max_chars` characters (studies/distractors.py, encoded by the same model: the size
 at which "auto" turns the cascade on). Queries as the Searcher sends them by default (stop dims above max_df 0.3
 dropped). Every grid cell and exact search, nDCG@10 and the share of exact search's top 10 kept; SciFact *train*
 queries choose, test splits are scored in the same run and read only after the choice.
 
-speed: the synthetic 1M binary index (benchmarks/synthetic_binary.py) with the SciFact test queries encoded by the
+speed: the synthetic 1M binary index (benchmarks/lib/synthetic_binary.py) with the SciFact test queries encoded by the
 same model, one thread, k = 10, exact search and every grid cell timed interleaved query by query, bm25s on
 dictionary text of the same size in the same process. Cells read the second pass from doc-major rows (the default,
 index/forward.py; their build time and size are recorded); `probe_cells` are timed probing the postings too.
@@ -14,8 +17,8 @@ Then the choice: the fastest cell whose SciFact-train nDCG@10 is at least exact 
 and alone (the distractors are short definitions, unlike the abstracts; a corpus of abstracts alone is the harder
 case for the first pass, whose dims are then less rare).
 
-    .venv/bin/python benchmarks/cascade.py quality    # ~15 min the first time (encodes 100k definitions)
-    .venv/bin/python benchmarks/cascade.py speed      # quiet cores: the timings are the point
+    .venv/bin/python -m benchmarks.experiments.cascade quality    # ~15 min the first time (encodes 100k definitions)
+    .venv/bin/python -m benchmarks.experiments.cascade speed      # quiet cores: the timings are the point
 
 Writes benchmarks/results/cascade_quality.json and cascade.json (`--length-norm 0.3`: the same grid over
 length-normalized scores, search/lengthnorm.py, into cascade_quality_ln0.3.json and cascade_ln0.3.json); prints
@@ -32,18 +35,16 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.experiments.impact_planes import ndcg
+from benchmarks.lib.encoded_cache import encoded, encoded_texts
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex
 from uhdsearch.search.cascade import Cascade, cascade_search
 from uhdsearch.search.stopdims import QueryWeighting
 from uhdsearch.sparse import SparseEncoding
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoded_cache import encoded, encoded_texts  # noqa: E402
-from impact_planes import ndcg  # noqa: E402
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = RESULTS
 
 
 def result_paths(length_norm: float) -> tuple[Path, Path]:
@@ -109,7 +110,7 @@ def quality(args, config, settings) -> None:
     model = UHDEncoder.from_pretrained(ROOT / args.model)
     texts, how = short_definitions(dictionary_units()[0], args.n_distractors, args.max_chars, args.seed)
     distractors = encoded_texts(model, f"dictionary-{args.n_distractors}-max{args.max_chars}-seed{args.seed}", texts)
-    result = {"script": "benchmarks/cascade.py quality", **record(config, settings), "model_digest": model.digest(),
+    result = {"script": "benchmarks/experiments/cascade.py quality", **record(config, settings), "model_digest": model.digest(),
               "distractors": how, "grids": {}}
     for name in args.collections:
         data_dir = ROOT / args.data_root / name
@@ -135,10 +136,10 @@ def quality(args, config, settings) -> None:
 
 
 def speed(args, config, settings) -> None:
-    from speed_peers import bench_bm25s
-    from speed_stats import load_stats
-    from stop_dims_speed import interleaved_ms
-    from synthetic_binary import binary_index_dir
+    from benchmarks.lib.peers import bench_bm25s
+    from benchmarks.lib.density import load_stats
+    from benchmarks.lib.timer import time_interleaved
+    from benchmarks.lib.synthetic_binary import binary_index_dir
 
     quality_json, speed_json = result_paths(args.length_norm)
     quality_result = json.loads(quality_json.read_text())
@@ -170,7 +171,7 @@ def speed(args, config, settings) -> None:
         systems[label(cascade)] = (
             lambda q, c=cascade, i=searched: cascade_search(i, q, dfs, K, [1.0], "binary", c, n_threads=1,
                                                             length_norm=args.length_norm), rows)
-    times = interleaved_ms(systems, kept.n)
+    times = time_interleaved(systems, kept.n)
     del index, forward, systems
     bm25 = bench_bm25s(args.n_documents, kept.n, args.seed)[0]
     # a probed cell ranks exactly as its doc-major twin: the same quality rows
@@ -202,7 +203,7 @@ def speed(args, config, settings) -> None:
         print(f"  {key}: exact {r['exact']:.4f}, cascade {r['nDCG@10']:.4f} (exact top 10 kept {r['exact_top10_kept']})")
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
     speed_json.write_text(json.dumps({
-        "script": "benchmarks/cascade.py speed", **record(config, settings), "threads": 1, "k": K,
+        "script": "benchmarks/experiments/cascade.py speed", **record(config, settings), "threads": 1, "k": K,
         "n_documents": args.n_documents, "n_queries": kept.n, "bm25s_p50_ms": round(bm25["p50_ms"], 3),
         "load_average_at_start": [round(x, 2) for x in load_start],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "forward_build_s": build_s,

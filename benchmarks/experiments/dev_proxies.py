@@ -1,6 +1,8 @@
 """Label-free early stopping, checked on a collection that has labels: do teacher-judged corpus queries pick the
 training step that real judged queries would pick?
 
+Chose the label-free dev judge: the dense backbone's top 10 (`Recipe(teacher="dense", judged_depth=10)`).
+
 CISI and Medline have no train qrels, so the recipe (training/recipe.py) trains on the corpus's own ICT pairs and
 stops early on a held-out slice of those corpus queries judged by a teacher (its top `judged_depth` documents and
 the sentence's source passage). On CISI and Medline that dev split has not predicted test (README, "What training
@@ -10,7 +12,7 @@ at each depth, and the source passage alone) *and* by SciFact's real train queri
 trained the model. A judge is as good as the step it picks is by the real labels; the rank correlation of each
 judge with the real score over the checks is printed too. Test queries are not read.
 
-    .venv/bin/python benchmarks/dev_proxies.py     # ~15 min on 2 cores
+    .venv/bin/python -m benchmarks.experiments.dev_proxies     # ~15 min on 2 cores
 
 Writes benchmarks/results/dev_proxies.json; prints a table. Settings: configs/dev_proxies.toml.
 """
@@ -28,6 +30,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.encoder.states import compute_token_states
@@ -39,10 +42,7 @@ from uhdsearch.training.presets import preset
 from uhdsearch.training.recipe import build_teacher, dev_evaluator, teacher_judged, training_pairs
 from uhdsearch.training.trainer import train
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-
-RESULT_JSON = ROOT / "benchmarks" / "results" / "dev_proxies.json"
+RESULT_JSON = RESULTS / "dev_proxies.json"
 REAL = "real labels (train qrels)"
 
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['spearman_with_real'] if r['spearman_with_real'] is not None else float('nan'):>9.3f}")
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in settings.items()}
     RESULT_JSON.write_text(json.dumps({
-        "script": "benchmarks/dev_proxies.py", **record(config, settings), "steps": steps,
+        "script": "benchmarks/experiments/dev_proxies.py", **record(config, settings), "steps": steps,
         "n_pairs": len(pairs), "n_dev_queries": len(dev[0]), "n_real_queries": len(data.queries), "rows": rows,
         "wall_s": round(time.time() - start, 1)}, indent=1) + "\n")
     log(f"wrote {RESULT_JSON}")

@@ -1,18 +1,20 @@
 """Document impacts as bit-planes (index/impacts.py): nDCG@10 against float weighted search, ms against binary.
 
-quality: the quickstart model's encodings of SciFact, CISI and Medline (benchmarks/encoded_cache.py); float
+Chose 2 document bits and 3 query bits for impact planes (index/impacts.py DOC_BITS, QUERY_BITS).
+
+quality: the quickstart model's encodings of SciFact, CISI and Medline (benchmarks/lib/encoded_cache.py); float
 weighted search (the weighted kernel), binary search, and the planes for every (document bits, query bits) pair,
 every query dim kept (max_df none), and binary and planes again with the Searcher's default stop dimensions
 (`max_df`). SciFact *train* chooses the pair (the highest nDCG@10, every dim kept); test splits are scored in the
 same run and read only after the choice.
 
-speed: synthetic indexes with the real density (benchmarks/synthetic.py's postings, the same as
+speed: synthetic indexes with the real density (benchmarks/lib/synthetic.py's postings, the same as
 synthetic_binary.py's), each posting given an equal-frequency random level and split into planes; the SciFact test
 queries of the stats file, one thread, k = 10, planes and binary search over the same postings timed interleaved
 query by query.
 
-    .venv/bin/python benchmarks/impact_planes.py quality
-    .venv/bin/python benchmarks/impact_planes.py speed     # quiet cores; generates the plane indexes once
+    .venv/bin/python -m benchmarks.experiments.impact_planes quality
+    .venv/bin/python -m benchmarks.experiments.impact_planes speed     # quiet cores; generates the plane indexes once
 
 Writes benchmarks/results/impact_planes.json (both parts: each run keeps the other's rows). Settings:
 benchmarks/configs/impact_planes.toml.
@@ -28,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.lib.encoded_cache import encoded
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.base import hits_per_query
@@ -36,11 +40,7 @@ from uhdsearch.index.inverted import InvertedIndex, WeightedIndex
 from uhdsearch.search.stopdims import QueryWeighting
 from uhdsearch.types import Run, ScoredDoc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoded_cache import encoded  # noqa: E402
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-
-OUT_JSON = ROOT / "benchmarks" / "results" / "impact_planes.json"
+OUT_JSON = RESULTS / "impact_planes.json"
 WORK_DIR = ROOT / "out" / "impact_planes"
 K = 10
 
@@ -93,8 +93,8 @@ def quality(args) -> dict:
 
 def plane_index_dir(n_docs: int, doc_bits: int, seed: int) -> Path:
     """Generate (once) the plane index of `n_docs` synthetic documents with random equal-frequency levels."""
-    from speed_stats import load_stats
-    from synthetic import SyntheticPostings
+    from benchmarks.lib.density import load_stats
+    from benchmarks.lib.synthetic import SyntheticPostings
 
     from uhdsearch.index.writer import IndexWriter
 
@@ -126,9 +126,9 @@ def plane_index_dir(n_docs: int, doc_bits: int, seed: int) -> Path:
 
 
 def speed(args) -> list[dict]:
-    from speed_stats import load_stats
-    from stop_dims_speed import interleaved_ms
-    from synthetic_binary import binary_index_dir
+    from benchmarks.lib.density import load_stats
+    from benchmarks.lib.timer import time_interleaved
+    from benchmarks.lib.synthetic_binary import binary_index_dir
 
     _, queries, _ = load_stats()
     queries = queries[:args.n_queries]
@@ -145,7 +145,7 @@ def speed(args) -> list[dict]:
             systems[f"planes {pair[0]}x{pair[1]}"] = (
                 lambda q, index=planes: index.search_encoded(q, K, [1.0], "quantized", n_threads=1),
                 [expanded[i:i + 1] for i in range(expanded.n)])
-        times = interleaved_ms(systems, queries.n)
+        times = time_interleaved(systems, queries.n)
         base = float(np.median(times["binary"]))
         for name, t in times.items():
             rows.append({"system": name, "n_docs": n_docs, "p50_ms": round(float(np.median(t)), 3),
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     args, config, settings = parse_args(parser, "impact_planes", argv)
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
     result = json.loads(OUT_JSON.read_text()) if OUT_JSON.is_file() else {}
-    result.update({"script": "benchmarks/impact_planes.py", **record(config, settings)})
+    result.update({"script": "benchmarks/experiments/impact_planes.py", **record(config, settings)})
     start = time.time()
     load_start = os.getloadavg()
     if args.part == "quality":

@@ -1,13 +1,15 @@
 """Isotropy of MiniLM's representations before and after whitening, NICE and Glow (Jung et al. Table 1).
 
+Chooses no default: a measurement (whitening and flows stay systems of the comparison, off by default).
+
 I(W) (their Eq. 3; 1 = isotropic) and the average cosine (Eq. 4; 0 = isotropic), sequence-wise (mean-pooled
 vectors, what `dense` indexes) and token-wise (last-layer token states, what `sum-of-max` and UHD's WTA layer
 read). Each transform is fit without labels on the first documents of the corpus and measured on those and
 on held-out documents (the next ones in corpus order). Prints a table and writes
 benchmarks/results/isotropy_<dataset>.json.
 
-    .venv/bin/python benchmarks/isotropy.py                                 # SciFact: fit 2,000, held out 1,000
-    .venv/bin/python benchmarks/isotropy.py --data ../shared/data/cisi --fit-docs 1000 --held-out 460
+    .venv/bin/python -m benchmarks.experiments.isotropy                                 # SciFact: fit 2,000, held out 1,000
+    .venv/bin/python -m benchmarks.experiments.isotropy --data ../shared/data/cisi --fit-docs 1000 --held-out 460
 
 Settings (sizes, flows) come from benchmarks/configs/isotropy.toml (--config); options override single ones.
 """
@@ -17,13 +19,11 @@ import argparse
 import time
 from pathlib import Path
 
-from settings import parse_args, record
-
-from uhdsearch.studies.isotropy import isotropy_report
+from benchmarks.lib.settings import RESULTS, parse_args, record
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
 from uhdsearch.io import write_json
+from uhdsearch.studies.isotropy import isotropy_report
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def show(row: dict, key: str, spec: str) -> str:

@@ -1,11 +1,13 @@
 """Length-normalized binary scores (search/lengthnorm.py): alpha chosen on SciFact train, test once, and speed.
 
-quality: the quickstart model's encodings of SciFact, CISI and Medline (benchmarks/encoded_cache.py), each alone and
-with `n_distractors` short dictionary definitions (as benchmarks/cascade.py), binary search with the Searcher's
+Chose --length-norm 0.3 (search/lengthnorm.py LENGTH_NORM).
+
+quality: the quickstart model's encodings of SciFact, CISI and Medline (benchmarks/lib/encoded_cache.py), each alone and
+with `n_distractors` short dictionary definitions (as benchmarks/experiments/cascade.py), binary search with the Searcher's
 stop dimensions (`max_df`) for every alpha of the grid. The rule: the alpha with the highest mean SciFact *train*
 nDCG@10 alone and with the distractors; ties keep the smaller. (The first run's rule used SciFact train alone and
 picked 0.4; the same run's train grid with distractors showed 0.4 losing to 0.2-0.3 once short documents are mixed
-in, so the rule takes both, as benchmarks/cascade.py's does; that run had printed the test grids too, which the
+in, so the rule takes both, as benchmarks/experiments/cascade.py's does; that run had printed the test grids too, which the
 README says.) Test splits are scored in the same run and reported at the chosen alpha against alpha 0 (plain
 counts). `own_models`: each collection's own quickstart model
 (`uhdsearch quickstart --data DIR`), scored on its test split at alpha 0 and the chosen alpha.
@@ -17,13 +19,13 @@ plain counts and with the default normalization; test nDCG@10. `--result-key unt
 scifact=../main/out/quickstart-devnorm,...`: the same for the quickstarts whose dev checks score the normalized
 search (session 15), kept beside the first rows.
 
-speed: the synthetic 1M binary index (benchmarks/synthetic_binary.py) with the SciFact test queries of the stats
+speed: the synthetic 1M binary index (benchmarks/lib/synthetic_binary.py) with the SciFact test queries of the stats
 file, one thread, k = 10: exact and cascade search, plain and normalized, timed interleaved query by query, and
 bm25s in the same run.
 
-    .venv/bin/python benchmarks/length_norm.py quality
-    .venv/bin/python benchmarks/length_norm.py untrained # ~6 min the first time (builds the untrained heads)
-    .venv/bin/python benchmarks/length_norm.py speed     # quiet cores
+    .venv/bin/python -m benchmarks.experiments.length_norm quality
+    .venv/bin/python -m benchmarks.experiments.length_norm untrained # ~6 min the first time (builds the untrained heads)
+    .venv/bin/python -m benchmarks.experiments.length_norm speed     # quiet cores
 
 Writes benchmarks/results/length_norm.json (each part keeps the other's rows). Settings:
 benchmarks/configs/length_norm.toml.
@@ -39,18 +41,16 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.experiments.cascade import short_definitions, stack
+from benchmarks.experiments.impact_planes import ndcg
+from benchmarks.lib.encoded_cache import encoded, encoded_texts
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex
 from uhdsearch.search.cascade import Cascade, cascade_search
 from uhdsearch.search.stopdims import QueryWeighting
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cascade import short_definitions, stack  # noqa: E402
-from encoded_cache import encoded, encoded_texts  # noqa: E402
-from impact_planes import ndcg  # noqa: E402
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-
-RESULT_JSON = ROOT / "benchmarks" / "results" / "length_norm.json"
+RESULT_JSON = RESULTS / "length_norm.json"
 K = 10
 
 
@@ -124,16 +124,16 @@ def quality(args, config, settings) -> dict:
                      **grid(index, *split_queries(own_model, data_dir, "test"), own_model.config.weights,
                             sorted({0.0, chosen}), args.max_df)}
         log(f"{name} own model {path}: {own[name]}")
-    return {"script": "benchmarks/length_norm.py", **record(config, settings), "model_digest": model.digest(),
+    return {"script": "benchmarks/experiments/length_norm.py", **record(config, settings), "model_digest": model.digest(),
             "distractors": how, "grids": grids, "chosen_alpha": chosen, "cascade_0.1:100": cascade,
             "rule": "highest mean SciFact train nDCG@10 alone and with the distractors; ties keep the smaller alpha", "own_models": own}
 
 
 def speed(args, config, settings, result: dict) -> dict:
-    from speed_peers import bench_bm25s
-    from speed_stats import load_stats
-    from stop_dims_speed import interleaved_ms
-    from synthetic_binary import binary_index_dir
+    from benchmarks.lib.peers import bench_bm25s
+    from benchmarks.lib.density import load_stats
+    from benchmarks.lib.timer import time_interleaved
+    from benchmarks.lib.synthetic_binary import binary_index_dir
 
     alpha = result["chosen_alpha"]
     _, queries, _ = load_stats()
@@ -155,7 +155,7 @@ def speed(args, config, settings, result: dict) -> dict:
         systems[f"cascade 0.1:100 ln{a:g}"] = (
             lambda q, a=a: cascade_search(index, q, dfs, K, [1.0], "binary", Cascade(), n_threads=1, length_norm=a),
             rows)
-    times = interleaved_ms(systems, kept.n)
+    times = time_interleaved(systems, kept.n)
     del index
     bm25 = bench_bm25s(args.n_documents, kept.n, args.seed)[0]
     table = [{"system": name, "p50_ms": round(float(np.median(t)), 3), "p95_ms": round(float(np.quantile(t, 0.95)), 3),
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
         result = previous | {args.result_key: untrained(args)}
     else:
         if "chosen_alpha" not in previous:
-            raise SystemExit(f"run `benchmarks/length_norm.py quality` first: {RESULT_JSON} has no chosen alpha")
+            raise SystemExit(f"run `benchmarks/experiments/length_norm.py quality` first: {RESULT_JSON} has no chosen alpha")
         result = previous | {"speed": speed(args, config, settings, previous)}
     RESULT_JSON.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {RESULT_JSON}")

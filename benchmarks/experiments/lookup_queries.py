@@ -1,5 +1,8 @@
 """Inference-free queries (encoder/lookup.py, lookup_corpus.py) against the full query encoder: nDCG@10, encode time.
 
+Chose the lookup table's summary, each token's WTA winners ("winners"); with --sentence-tables, sentence
+contexts with neighbour pairs, 20 dims a row (what `uhdsearch lookup` builds).
+
 Per collection, the backbone states of the corpus and of every query are computed once and cached
 (encoded_cache.token_states: a frozen backbone's states do not depend on the head). One pass of the WTA head over
 the corpus states gives both the documents' vectors and the corpus tables, as an index build would. `corpus_docs`
@@ -23,7 +26,7 @@ encoder's own, not a bound on every choice. The shipped table is scored beside i
 without max_df. Scored on the choice split and, as a diagnostic that chooses nothing, on every collection's test
 split.
 
-    .venv/bin/python benchmarks/lookup_queries.py [--sentence-tables [--ceiling]]
+    .venv/bin/python -m benchmarks.experiments.lookup_queries [--sentence-tables [--ceiling]]
 
 Prints tables and writes benchmarks/results/lookup_queries.json (lookup_queries_sentences.json with
 --sentence-tables, lookup_queries_ceiling.json with --ceiling). Settings: benchmarks/configs/lookup_queries.toml.
@@ -41,6 +44,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from benchmarks.experiments.stop_dims import Collection
+from benchmarks.lib.encoded_cache import load_model, token_states
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
+from benchmarks.lib.timer import median_ms, time_calls
 from uhdsearch.encoder.precision import product_dtype
 from uhdsearch.encoder.query.corpus_table import CorpusTable
 from uhdsearch.encoder.query.table import LookupEncoder, build_table
@@ -48,12 +55,7 @@ from uhdsearch.encoder.winners import pooled_csr, top_winners
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.sparse import SparseEncoding
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoded_cache import load_model, token_states  # noqa: E402
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-from stop_dims import Collection  # noqa: E402
-
-OUT_JSON = ROOT / "benchmarks" / "results" / "lookup_queries.json"
+OUT_JSON = RESULTS / "lookup_queries.json"
 
 
 def log(message: str) -> None:
@@ -211,7 +213,7 @@ def ceiling_batch(model, tokens: torch.Tensor, token_ids: np.ndarray, token_text
     special = np.array(sorted(model.backbone.tokenizer.all_special_ids))
     positions = np.flatnonzero(~np.isin(token_ids, special))
     with torch.inference_mode():
-        weight, bias = wta._cast_weight(dtype) or (wta.weight.to(dtype), wta.bias.to(dtype))
+        weight, bias = wta.cast_weight(dtype) or (wta.weight.to(dtype), wta.bias.to(dtype))
         z = torch.addmm(bias, tokens[positions].to(dtype), weight.t())
         if candidates is None:
             values, dims = top_winners(z.contiguous(), model.config.wta_k)
@@ -281,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     chosen = max(lookup_rows, key=lambda r: r["binary"])["queries"]  # first listed wins a tie
     print(table(dev_rows))
     print(f"chosen on {choose_collection} {choose_split}: {chosen}")
-    result = {"script": "benchmarks/lookup_queries.py", **record(config, settings), "model_digest": model.digest(),
+    result = {"script": "benchmarks/experiments/lookup_queries.py", **record(config, settings), "model_digest": model.digest(),
               "chosen": chosen, "dev_rows": dev_rows, "indexed_docs": {n: c.n_docs for n, c in collections.items()},
               "rows": []}
     if args.test_once:
@@ -294,12 +296,8 @@ def main(argv: list[str] | None = None) -> None:
         print(table(result["rows"]))
         lookup = encoders[chosen]
         sample = [q.text for q in load_beir(collection.data_dir, "test").queries][: args.n_timed]
-        times = []
-        for text in sample * 2:  # the first pass warms caches
-            t0 = time.perf_counter()
-            lookup.encode([text])
-            times.append((time.perf_counter() - t0) * 1e3)
-        result["lookup_encode_p50_ms"] = round(float(np.median(times[len(sample):])), 3)
+        times = time_calls(lambda text: lookup.encode([text]), sample * 2)  # the first pass warms caches
+        result["lookup_encode_p50_ms"] = round(median_ms(times[len(sample):]), 3)
         result["table_entries"] = int(sum(t.nnz for t in lookup.tables))
         print(f"lookup encode p50: {result['lookup_encode_p50_ms']:.3f} ms per query (one at a time)")
     if args.ceiling:

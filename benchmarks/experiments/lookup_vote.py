@@ -1,6 +1,8 @@
 """A context vote for inference-free queries (encoder/lookup_vote.py) against the shipped table and the full encoder.
 
-benchmarks/lookup_queries.py --ceiling found that what a lookup table loses is mostly the choice of each token's
+Chose the context vote's setting: 40 winners among 640 candidate dims, vote weight 1 (end_to_end.toml's vote_*).
+
+benchmarks/experiments/lookup_queries.py --ceiling found that what a lookup table loses is mostly the choice of each token's
 winners, which the full encoder makes in the query's context. The vote makes that choice without a network: each
 token's neighbour-pair row gives `keep` candidate dims, and the query's other tokens' rows vote on which `winners`
 it keeps. The grid (keeps x winners x votes) is scored on SciFact train (`choose_on`), binary nDCG@10 at the
@@ -9,7 +11,7 @@ the shipped table (`uhdsearch lookup`'s default: 20 dims, no vote) and the full 
 max_df. Document samples, tables and scoring as lookup_queries.py. Also: encode time one query at a time, and the
 table's size (entries of the pair and unigram rows) for the shipped and the chosen `keep`.
 
-    .venv/bin/python benchmarks/lookup_vote.py [--collections scifact]
+    .venv/bin/python -m benchmarks.experiments.lookup_vote [--collections scifact]
 
 Prints tables and writes benchmarks/results/lookup_vote.json. Settings: benchmarks/configs/lookup_vote.toml.
 """
@@ -20,21 +22,18 @@ import itertools
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoded_cache import load_model  # noqa: E402
-from lookup_queries import StatesCollection, query_tokens, score_split, table  # noqa: E402
-from query_student import encode_ms  # noqa: E402
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-
+from benchmarks.experiments.lookup_queries import StatesCollection, query_tokens, score_split, table
+from benchmarks.experiments.query_student import encode_ms
+from benchmarks.lib.encoded_cache import load_model
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
 from uhdsearch.encoder.query.table import LookupEncoder, build_table  # noqa: E402
 from uhdsearch.evaluation.datasets import load_beir  # noqa: E402
 
-OUT_JSON = ROOT / "benchmarks" / "results" / "lookup_vote.json"
+OUT_JSON = RESULTS / "lookup_vote.json"
 
 
 def log(message: str) -> None:
@@ -88,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     model = load_model(args.model, args.data_root, args.seed)
     choose_name, choose_split = args.choose_on.split(":")
-    result = {"script": "benchmarks/lookup_vote.py", **record(config, settings), "model_digest": model.digest()}
+    result = {"script": "benchmarks/experiments/lookup_vote.py", **record(config, settings), "model_digest": model.digest()}
     dev = StatesCollection(model, ROOT / args.data_root / choose_name, args.corpus_docs.get(choose_name), args.seed,
                            sentence_tables=True)
     encoders = Encoders.of(model, dev, choose_split)

@@ -1,10 +1,12 @@
 """Dev curves of training runs as one PNG: dev nDCG@10 (UHD-binary) against the training step.
 
-Reads benchmarks/training_probe.py results (one curve per recipe) and quickstart output directories
+Chooses nothing: it draws the dev curves behind training_probe's choice.
+
+Reads benchmarks/experiments/training_probe.py results (one curve per recipe) and quickstart output directories
 (extra_results.json's dev_evals, one curve per collection); each curve is drawn as its change against step 0, the
 untrained head, which early stopping keeps unless a later step beats it.
 
-    .venv/bin/python benchmarks/plot_training.py benchmarks/results/training_probe_scifact_long.json \
+    .venv/bin/python -m benchmarks.experiments.plot_training benchmarks/results/training_probe_scifact_long.json \
         out/quickstart --out docs/training_dev_curves.png
 """
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """Choose a trained model's query token limit on dev, then (with --test-once) score the choice on test once.
 
+Chose each collection's query token limit on its dev split: 32 tokens for SciFact, 64 for CISI and Medline
+(studies/training.py).
+
 The paper cuts queries at 32 tokens (A.1, MS MARCO's short questions); CISI and Medline queries are paragraphs.
 Dev is the training recipe's own: the held-out train queries where the collection has train qrels, else the
 held-out corpus (ICT) queries judged by the teacher (training/recipe.py), so no test query picks the limit.
 
-    .venv/bin/python benchmarks/query_length.py --data ../shared/data/cisi --model out/cisi/model --test-once
+    .venv/bin/python -m benchmarks.experiments.query_length --data ../shared/data/cisi --model out/cisi/model --test-once
 """
 from __future__ import annotations
 
@@ -12,8 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from settings import comma_list, parse_args, record
-
+from benchmarks.lib.settings import RESULTS, comma_list, parse_args, record
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.encoder.states import compute_token_states
 from uhdsearch.evaluation.datasets import load_beir, load_corpus
@@ -53,7 +55,7 @@ def main() -> None:
     chosen = max(rows, key=lambda r: (r["dev_binary"], -r["query_max_length"]))["query_max_length"]
     result = {"data": str(args.data), "model": str(args.model), "dev": "held-out train queries" if train_data
               else f"held-out corpus queries judged by the {args.teacher} teacher", "n_dev_queries": len(dev[0]),
-              "rows": rows, "chosen": chosen, "command": " ".join(["python"] + sys.argv),
+              "rows": rows, "chosen": chosen,
               **record(config_path, settings)}
     if args.test_once:
         test = load_beir(args.data, "test")
@@ -70,7 +72,7 @@ def main() -> None:
     for variant in ("binary", "weighted"):
         if f"test_{variant}" in result:
             print(f"test, chosen limit, {variant}: " + "  ".join(f"{m} {v:.4f}" for m, v in result[f'test_{variant}'].items()))
-    out = args.out or Path(__file__).resolve().parent / "results" / f"query_length_{args.data.name}.json"
+    out = args.out or RESULTS / f"query_length_{args.data.name}.json"
     write_json(out, result)
     print(f"wrote {out}")
 

@@ -1,7 +1,10 @@
 """A shallow query student: the backbone's embeddings and first `layers` layers plus a linear head, trained to give
 the last layer's token states; queries are then encoded by the model's own WTA head on the student's states.
 
-The ceiling of benchmarks/lookup_queries.py --ceiling says what an inference-free table lacks is the query's context
+Chose the shipped query student's depth, 2 layers (models/query-student-minilm-l6-2layers.safetensors), on
+SciFact train among query_student_gpu's students.
+
+The ceiling of benchmarks/experiments/lookup_queries.py --ceiling says what an inference-free table lacks is the query's context
 choosing each token's winners; this asks how much of that a cheap contextual model recovers. Label-free, per
 collection: the student is distilled (mean squared error against the full backbone's last-layer states) on the
 indexed documents' sentences encoded as queries, the same contexts the lookup table learns from. Scored like
@@ -9,8 +12,8 @@ lookup_queries.py (the same document samples and query sets): SciFact train for 
 test split once. Encode time: one query at a time, PyTorch eager for both the student and the full encoder, in the
 same run.
 
-    .venv/bin/python benchmarks/query_student.py [--collections scifact] [--epochs 8]
-    .venv/bin/python benchmarks/query_student.py --weights DIR   # students of query_student_gpu.py, not distilled
+    .venv/bin/python -m benchmarks.experiments.query_student [--collections scifact] [--epochs 8]
+    .venv/bin/python -m benchmarks.experiments.query_student --weights DIR   # students of query_student_gpu.py, not distilled
 
 Prints a table and writes benchmarks/results/query_student.json (query_student_gpu.json with --weights). Settings:
 benchmarks/configs/query_student.toml.
@@ -28,19 +31,18 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoded_cache import load_model  # noqa: E402
-from lookup_queries import StatesCollection, score_encodings, table  # noqa: E402
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-
+from benchmarks.experiments.lookup_queries import StatesCollection, score_encodings, table
+from benchmarks.lib.encoded_cache import load_model
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
+from benchmarks.lib.timer import median_ms, time_calls
 from uhdsearch.encoder.precision import product_dtype  # noqa: E402
 from uhdsearch.encoder.query.corpus_table import split_sentences  # noqa: E402
 from uhdsearch.encoder.winners import pooled_csr  # noqa: E402
 from uhdsearch.evaluation.datasets import load_beir, load_corpus  # noqa: E402
 from uhdsearch.sparse import SparseEncoding  # noqa: E402
 
-OUT_JSON = ROOT / "benchmarks" / "results" / "query_student.json"
-OUT_JSON_WEIGHTS = ROOT / "benchmarks" / "results" / "query_student_gpu.json"
+OUT_JSON = RESULTS / "query_student.json"
+OUT_JSON_WEIGHTS = RESULTS / "query_student_gpu.json"
 
 
 def log(message: str) -> None:
@@ -149,13 +151,9 @@ def encode_with(model, student, texts: list[str], batch_size: int = 64) -> Spars
 
 
 def encode_ms(encode, texts: list[str]) -> float:
-    times = []
     with torch.inference_mode():
-        for text in texts[:10] + texts:  # the first ten warm up
-            t0 = time.perf_counter()
-            encode(text)
-            times.append(1e3 * (time.perf_counter() - t0))
-    return round(float(np.median(times[10:])), 3)
+        times = time_calls(encode, texts[:10] + texts)  # the first ten warm up
+    return round(median_ms(times[10:]), 3)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     model = load_model(args.model, args.data_root, args.seed)
     model.eval()
-    result = {"script": "benchmarks/query_student.py", **record(config, settings), "model_digest": model.digest(),
+    result = {"script": "benchmarks/experiments/query_student.py", **record(config, settings), "model_digest": model.digest(),
               "rows": [], "training": {}}
     if args.weights is not None:
         students = {}

@@ -1,4 +1,6 @@
-"""The query student of benchmarks/query_student.py with more text and a longer schedule, trained on a GPU.
+"""The query student of benchmarks.experiments.query_student with more text and a longer schedule, trained on a GPU.
+
+Chooses nothing itself: it trains the students that query_student scores (the shipped one is its 2-layer one).
 
 Session 17's student (2 layers, 8 epochs over each collection's indexed sentences, on 2 CPU cores) stayed 0.03-0.06
 below the full encoder, its loss flat as its schedule annealed; the README said more text and longer schedules were
@@ -8,13 +10,13 @@ embeddings frozen, so a student is its first `layers` layers plus a linear head 
 
 Three steps, so that only the training needs the GPU machine (whose working tree may carry 64 MiB):
 
-    .venv/bin/python benchmarks/query_student_gpu.py pack     # here: token ids + fp16 backbone -> out/student_gpu_in
-    python3 benchmarks/query_student_gpu.py train --out DIR   # GPU machine: torch + transformers only
-    .venv/bin/python benchmarks/query_student.py --weights DIR[,DIR]      # here: scored, timed on 2 cores
-    .venv/bin/python benchmarks/query_student_gpu.py export --weights DIR --layers 2 --to FILE  # a shipped student
+    .venv/bin/python -m benchmarks.experiments.query_student_gpu pack   # here: token ids + fp16 backbone -> out/student_gpu_in
+    PYTHONPATH=src python3 -m benchmarks.experiments.query_student_gpu train --out DIR   # GPU machine: torch + transformers
+    .venv/bin/python -m benchmarks.experiments.query_student --weights DIR[,DIR]   # here: scored, timed on 2 cores
+    .venv/bin/python -m benchmarks.experiments.query_student_gpu export --weights DIR --layers 2 --to FILE  # shipped
 
-(run `train` with `python3 -P` where transformers is installed: benchmarks/kernels.py would shadow the `kernels`
-package it probes for). The scoring writes benchmarks/results/query_student_gpu.json. A student's epochs are fixed
+(from the repository root; `train` needs only torch, transformers and safetensors, with uhdsearch from src/).
+The scoring writes benchmarks/results/query_student_gpu.json. A student's epochs are fixed
 in advance; held-out sentences (5 %, label-free) report its loss; the student is chosen on SciFact train, never test.
 """
 from __future__ import annotations
@@ -29,9 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.lib.settings import ROOT
+
 PACKED = ROOT / "out" / "student_gpu_in"
-OUT_JSON = ROOT / "benchmarks" / "results" / "query_student_gpu.json"
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
 
@@ -42,10 +44,9 @@ def log(message: str) -> None:
 def pack(args) -> None:
     """Token ids of every corpus sentence (as queries) over a compact vocabulary, and the backbone in fp16 with
     only the used vocabulary's embedding rows: what the GPU machine needs, under its 64 MiB."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from safetensors.torch import save_file
 
-    from encoded_cache import load_model
+    from benchmarks.lib.encoded_cache import load_model
     from uhdsearch.encoder.query.corpus_table import split_sentences
     from uhdsearch.evaluation.datasets import load_corpus
 
@@ -110,8 +111,9 @@ def train(args) -> None:
     """Teacher states once, then each student in turn; writes its weights and a log JSON to --out after each."""
     from safetensors.torch import save_file
 
-    if importlib.util.find_spec("uhdsearch") is None:  # the GPU machine: the source tree, not an install
-        sys.path.insert(0, str(ROOT / "src"))
+    if importlib.util.find_spec("uhdsearch") is None:  # the GPU machine has the source tree, not an install
+        raise SystemExit("uhdsearch is not importable: run `PYTHONPATH=src python3 -m "
+                         "benchmarks.experiments.query_student_gpu train ...` from the repository root")
     from uhdsearch.encoder.backbone import Backbone
     from uhdsearch.encoder.query.student import QueryStudent
 
@@ -193,10 +195,9 @@ def train(args) -> None:
 
 def export(args) -> None:
     """One trained student as the file `encoder.query_student.QueryStudent.load` reads (float16, its record)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from safetensors.torch import load_file
 
-    from encoded_cache import load_model
+    from benchmarks.lib.encoded_cache import load_model
     from uhdsearch.encoder.query.student import QueryStudent
 
     model = load_model(args.model, args.data_root, 0)
@@ -214,7 +215,7 @@ def export(args) -> None:
         "sentences": record["sentences"], "held_out": record["held_out"], "epochs": record["epochs"],
         "lr": record["lr"], "batch_size": record["batch_size"], "device": record["device"],
         "held_out_loss": record["students"][str(args.layers)]["held_out_loss_by_epoch"][-1],
-        "script": "benchmarks/query_student_gpu.py"}
+        "script": "benchmarks.experiments.query_student_gpu"}
     args.to.parent.mkdir(parents=True, exist_ok=True)
     student.save(args.to)
     log(f"wrote {args.to} ({args.to.stat().st_size / 1e6:.1f} MB)")

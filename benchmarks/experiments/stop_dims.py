@@ -1,12 +1,14 @@
 """Stop dimensions and IDF weighting: nDCG@10 and postings read per query over a grid of max_df thresholds.
 
-Every score comes from the index kernels (in-memory indexes of the cached encodings; benchmarks/encoded_cache.py)
+Chose max_df 0.3, the stop-dimension default (`max_df="auto"`, search/stopdims.py DEFAULT_MAX_DF).
+
+Every score comes from the index kernels (in-memory indexes of the cached encodings; benchmarks/lib/encoded_cache.py)
 on the queries the Searcher would send: stop dims dropped, then binary, 4-bit IDF levels (quantized scoring),
 float IDF over binary documents, weighted, weighted x IDF. The default threshold is chosen on SciFact's *train*
 queries (`choose_on`): the smallest max_df (fewest postings) whose binary nDCG@10 is at least that of no
 threshold; test splits are scored after that, once.
 
-    .venv/bin/python benchmarks/stop_dims.py
+    .venv/bin/python -m benchmarks.experiments.stop_dims
 
 Prints a table and writes benchmarks/results/stop_dims.json. Settings: benchmarks/configs/stop_dims.toml.
 """
@@ -20,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.lib.encoded_cache import encoded
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.base import hits_per_query
@@ -28,11 +32,7 @@ from uhdsearch.search.stopdims import QueryWeighting
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.types import Run, ScoredDoc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoded_cache import encoded  # noqa: E402
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-
-OUT_JSON = ROOT / "benchmarks" / "results" / "stop_dims.json"
+OUT_JSON = RESULTS / "stop_dims.json"
 SYSTEMS = ("binary", "binary-idf4", "binary-idf-float", "weighted", "weighted-idf")
 
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     model = UHDEncoder.from_pretrained(ROOT / args.model)
     thresholds = sorted(args.max_df, reverse=True)
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
-    result = {"script": "benchmarks/stop_dims.py", **record(config, settings), "model_digest": model.digest(),
+    result = {"script": "benchmarks/experiments/stop_dims.py", **record(config, settings), "model_digest": model.digest(),
               "grids": {}}
     choose_collection, choose_split = args.choose_on.split(":")
     collections = {}

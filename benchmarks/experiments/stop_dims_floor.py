@@ -1,5 +1,7 @@
 """How small may an index be before a stop-dimension threshold (a share of its documents) stops helping?
 
+Chose the floor of 1,000 documents below which max_df "auto" drops nothing (search/stopdims.py MIN_DOCUMENTS).
+
 `max_df` drops the query dims active in more than that share of the index's documents; on a 3-document index
 every dim used by one document is above 0.3, so a default needs a floor below which it is off. This picks the
 floor on SciFact's *train* queries: seeded sub-corpora of N documents (half of them judged relevant to some train
@@ -7,7 +9,7 @@ query, half others), binary nDCG@10 of the train queries with a relevant documen
 at `max_df`, brute force over the cached encodings. The floor is the smallest N from which on the threshold's mean
 nDCG@10 is at least that of no threshold at every larger N.
 
-    .venv/bin/python benchmarks/stop_dims_floor.py
+    .venv/bin/python -m benchmarks.experiments.stop_dims_floor
 
 Prints a table and writes benchmarks/results/stop_dims_floor.json. Settings: benchmarks/configs/stop_dims_floor.toml.
 """
@@ -21,15 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.lib.encoded_cache import encoded
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.types import Run, ScoredDoc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoded_cache import encoded  # noqa: E402
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-
-OUT_JSON = ROOT / "benchmarks" / "results" / "stop_dims_floor.json"
+OUT_JSON = RESULTS / "stop_dims_floor.json"
 
 
 def sub_corpus(n: int, relevant: np.ndarray, others: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
             break
         floor = r["n_documents"]
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
-    result = {"script": "benchmarks/stop_dims_floor.py", **record(config, settings), "model_digest": model.digest(),
+    result = {"script": "benchmarks/experiments/stop_dims_floor.py", **record(config, settings), "model_digest": model.digest(),
               "split": "train", "rows": rows, "floor": floor, "wall_s": round(time.time() - start, 1)}
     print(f"floor: max_df {args.max_df:g} applies from {floor} documents on")
     OUT_JSON.parent.mkdir(parents=True, exist_ok=True)

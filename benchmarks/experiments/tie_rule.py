@@ -1,11 +1,13 @@
 """The WTA top-k's tie rule (encoder/winners.py) against torch.topk's unspecified one: how many documents change,
 and nDCG@10 both ways, from the same cached backbone states (benchmarks/encoded_cache.token_states).
 
+Chooses no default: an equality check; the kernel's tie rule (lower dim first) stays.
+
 bfloat16 scores tie at the k-th place for about half of all tokens, so torch.topk's arbitrary pick and the kernel's
 (lower dim first) give different winners there; this measures whether that moves quality. An equality check, not
 a choice: test splits are scored.
 
-    .venv/bin/python benchmarks/tie_rule.py [--collections cisi,medline]
+    .venv/bin/python -m benchmarks.experiments.tie_rule [--collections cisi,medline]
 
 Prints a table and writes benchmarks/results/tie_rule.json.
 """
@@ -14,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmarks.lib.encoded_cache import load_model, token_states
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, record
 import uhdsearch.encoder.wta as wta_module
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.evaluation.metrics import evaluate
@@ -26,11 +29,7 @@ from uhdsearch.index.base import hits_per_query
 from uhdsearch.index.inverted import WeightedIndex
 from uhdsearch.types import Run, ScoredDoc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoded_cache import load_model, token_states  # noqa: E402
-from settings import ROOT, comma_list, machine_record  # noqa: E402
-
-OUT_JSON = ROOT / "benchmarks" / "results" / "tie_rule.json"
+OUT_JSON = RESULTS / "tie_rule.json"
 
 
 def _torch_topk(z: torch.Tensor, k: int):
@@ -86,9 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows:
         print(f"{r['collection']:<10} {r['rule']:<11} {r['binary']:>7.4f} {r['weighted']:>8.4f} "
               f"{r['doc_active_dims']:>8.0f} {r.get('docs_changed', ''):>12} {r.get('mean_jaccard', ''):>8}")
-    OUT_JSON.write_text(json.dumps({"script": "benchmarks/tie_rule.py", "model": args.model,
+    OUT_JSON.write_text(json.dumps({"script": "benchmarks/experiments/tie_rule.py", "model": args.model,
                                     "model_digest": model.digest(), "rows": rows,
-                                    "machine": machine_record()}, indent=1) + "\n")
+                                    **record(None, vars(args))}, indent=1) + "\n")
     print(f"wrote {OUT_JSON}")
 
 

@@ -1,11 +1,14 @@
 """First probe of issue 16's objectives on SciFact: does any beat the untrained centred head on a DEV split?
 
+Chose the recipe's objective: InfoNCE through the binarized buckets (straight-through), lr 1e-3
+(training/recipe.py `Recipe.training`).
+
 Frozen MiniLM, token states computed once (cached in --cache-dir as .npy), dim 32,768, wta_k 40, centred heads.
 Dev = 10 % of SciFact's TRAIN queries (the quickstart's split, seed 0); it is scored over its positives plus
 sampled documents (up to 1,000 in all, as the quickstart's dev evaluator). The test split is never read.
 These settings and the recipes come from benchmarks/configs/training_probe.toml (--config).
 
-    nice -n 10 python benchmarks/training_probe.py            # table on stdout, JSON in benchmarks/results/
+    nice -n 10 python -m benchmarks.experiments.training_probe            # table on stdout, JSON in benchmarks/results/
 """
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from settings import parse_args, record
 
+from benchmarks.lib.settings import RESULTS, parse_args, record
 from uhdsearch.baselines.dense import mean_pool
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.config import EncoderConfig
@@ -35,7 +38,7 @@ from uhdsearch.training.negatives import teacher_negatives
 from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, rank_with_teacher
 from uhdsearch.training.trainer import TrainingArgs, train
 
-RESULTS = Path(__file__).resolve().parent / "results" / "training_probe_scifact.json"
+RESULT_JSON = RESULTS / "training_probe_scifact.json"
 
 
 def cached_states(backbone, texts, layer: int, max_length: int, path: Path) -> TokenStates:
@@ -94,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-minutes", type=float)
     parser.add_argument("--eval-every", type=int)
     parser.add_argument("--only", nargs="*", help="recipe names to run (default: every one of --config)")
-    parser.add_argument("--out", default=str(RESULTS), help="(default: results/training_probe_scifact.json)")
+    parser.add_argument("--out", default=str(RESULT_JSON), help="(default: results/training_probe_scifact.json)")
     parser.add_argument("--test-once", action="store_true",
                         help="also score each kept model once on the TEST split over the whole corpus (run this only "
                              "for a recipe already chosen on dev)")
@@ -195,7 +198,7 @@ def main() -> None:
                           "n_dev_queries": len(dev_queries), "n_pairs": len(pairs),
                           "config": {"dim": args.dim, "wta_k": args.wta_k, "backbone": "all-MiniLM-L6-v2 (frozen)",
                                      "centred": True, **common},
-                          "command": " ".join(["python"] + sys.argv), **record(config_path, settings),
+                          **record(config_path, settings),
                           "rows": rows_out})
     print(f"wrote {args.out}")
 

@@ -3,21 +3,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
+from benchmarks.lib.settings import RESULTS
+from benchmarks.lib.speed_common import log
+from benchmarks.lib.synthetic import DensityProfile
 from uhdsearch.sparse import SparseEncoding
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_common import log  # noqa: E402
-from synthetic import DensityProfile  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = ROOT / "benchmarks" / "results"
+RESULTS_DIR = RESULTS
 STATS_JSON = RESULTS_DIR / "uhd_density_scifact.json"
 STATS_NPZ = RESULTS_DIR / "uhd_density_scifact.npz"
 QUANTILES = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)

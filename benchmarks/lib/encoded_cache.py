@@ -3,7 +3,7 @@
 Encoding CISI or Medline with MiniLM takes minutes on 2 shared cores; the stop-dimension and lookup benchmarks
 read them many times. The cache is keyed by the collection's directory name and the model's digest.
 
-    .venv/bin/python benchmarks/encoded_cache.py --model out/quickstart/model --data ../shared/data/cisi
+    .venv/bin/python -m benchmarks.lib.encoded_cache --model out/quickstart/model --data ../shared/data/cisi
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from benchmarks.lib.settings import ROOT
 from uhdsearch.sparse import SparseEncoding
 
-ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "out" / "encoded"
 
 

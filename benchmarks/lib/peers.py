@@ -1,15 +1,13 @@
 """bm25s on real dictionary text (GCIDE + WordNet) as the search-speed benchmarks' lexical peer."""
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_common import K, _fmt, log, row, single_query_ms  # noqa: E402
-
+from benchmarks.lib.speed_common import K, fmt, log, row
+from benchmarks.lib.timer import time_calls
 
 
 def dictionary_texts(n: int, seed: int) -> tuple[list[str], str]:
@@ -20,7 +18,7 @@ def dictionary_texts(n: int, seed: int) -> tuple[list[str], str]:
 
     gcide_dict, gcide_index = Path("/usr/share/dictd/gcide.dict.dz"), Path("/usr/share/dictd/gcide.index")
     if not gcide_dict.is_file():
-        raise SystemExit("dict-gcide is not installed: bash benchmarks/setup_search_speed.sh")
+        raise SystemExit("dict-gcide is not installed: bash benchmarks/speed/setup_search_speed.sh")
     raw = gzip.open(gcide_dict).read()
     alphabet = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
 
@@ -79,13 +77,13 @@ def bench_bm25s(n_docs: int, n_queries: int, seed: int) -> list[dict]:
 
     def search(tok):
         return retriever.retrieve([tok], k=K, show_progress=False, n_threads=1)
-    times = single_query_ms(search, tokens)
+    times = time_calls(search, tokens, n_warmup=10)
     t0 = time.perf_counter()
     retriever.retrieve(tokens, k=K, show_progress=False, n_threads=1)
     qps = len(tokens) / (time.perf_counter() - t0)
     out = row("bm25s", n_docs, 1, times, qps, size / n_docs, 1.0, None, build_s=round(build_s, 1),
               note=f"real text: {how}; queries: 2-5 word phrases from random documents; exact BM25 (its own "
                    "scores), timing excludes query tokenization, as the uhd rows exclude query encoding")
-    log(_fmt(out))
+    log(fmt(out))
     return [out]
 

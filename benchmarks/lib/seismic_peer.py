@@ -1,5 +1,5 @@
 """Seismic (pyseismic-lsr) as a peer of the search-speed benchmark, built and searched in a capped subprocess
-(this file is the subprocess's entry point: `python speed_seismic.py JOB_JSON`)."""
+(this module is the subprocess's entry point: `python -m benchmarks.lib.seismic_peer JOB_JSON`)."""
 from __future__ import annotations
 
 import json
@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from benchmarks.lib.settings import ROOT
+from benchmarks.lib.speed_common import K, fmt, load_oracle, log, recall_vs_exact, row
+from benchmarks.lib.timer import time_calls
 from uhdsearch.sparse import SparseEncoding
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_common import K, _fmt, load_oracle, log, recall_vs_exact, row, single_query_ms  # noqa: E402
-
 
 
 def bench_seismic(directory: Path, queries: SparseEncoding, n_docs: int, floor: float, timeout_s: float,
@@ -29,7 +28,7 @@ def bench_seismic(directory: Path, queries: SparseEncoding, n_docs: int, floor: 
         import seismic  # noqa: F401
     except ImportError:
         return [row("seismic", n_docs, 1, None, None, None, None, floor,
-                    note="skipped: pyseismic-lsr is not installed (bash benchmarks/setup_search_speed.sh)")]
+                    note="skipped: pyseismic-lsr is not installed (bash benchmarks/speed/setup_search_speed.sh)")]
     if not (directory / "raw_docs.npy").is_file():
         return [row("seismic", n_docs, 1, None, None, None, None, floor,
                     note="skipped: raw vectors not kept at this size (--raw-max-gb)")]
@@ -49,8 +48,8 @@ def bench_seismic(directory: Path, queries: SparseEncoding, n_docs: int, floor: 
                "build": config, "search": list(search), "mem_gb": mem_gb}
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run([sys.executable, __file__, json.dumps(job)], capture_output=True,
-                                  text=True, timeout=timeout_s)
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.lib.seismic_peer", json.dumps(job)], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=timeout_s)
             status = f"exit {proc.returncode}" + ("" if proc.returncode == 0 else f": {proc.stderr.strip()[-300:]}")
         except subprocess.TimeoutExpired as exc:
             progress = Path(job["out"] + ".progress")
@@ -63,7 +62,7 @@ def bench_seismic(directory: Path, queries: SparseEncoding, n_docs: int, floor: 
         if not result_path.is_file():
             rows.append(row("seismic", n_docs, 1, None, None, None, None, floor, seismic_build=config,
                             note=f"failed: {status}; address space capped at {mem_gb:.0f} GB; {elapsed:.0f} s"))
-            log(_fmt(rows[-1]))
+            log(fmt(rows[-1]))
             continue
         result = json.loads(result_path.read_text())
         for s in result["searches"]:
@@ -72,7 +71,7 @@ def bench_seismic(directory: Path, queries: SparseEncoding, n_docs: int, floor: 
                             result["bytes"] / n_docs if result.get("bytes") else None,
                             recall_vs_exact(numbers, ties), floor, seismic_build=config, seismic_search=s["params"],
                             build_s=result["build_s"], build_max_rss_gb=result["max_rss_gb"], note=scoring_note))
-            log(_fmt(rows[-1]))
+            log(fmt(rows[-1]))
     return rows
 
 
@@ -114,7 +113,7 @@ def seismic_worker(job: dict) -> None:
     for params in job["search"]:
         def search(qv, params=params):
             return index.search(qv[0], qv[1], K, params["query_cut"], params["heap_factor"], 0, True)
-        times = single_query_ms(search, queries)
+        times = time_calls(search, queries, n_warmup=10)
         t0 = time.perf_counter()
         results = [search(qv) for qv in queries]
         qps = len(queries) / (time.perf_counter() - t0)

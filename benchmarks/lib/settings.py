@@ -1,20 +1,25 @@
-"""Benchmark settings from TOML files: each script's defaults live in benchmarks/configs/<script>.toml.
+"""Benchmark settings from TOML files: each module's defaults live in benchmarks/configs/<module>.toml.
 
-A script declares its command-line options without defaults for the settings, then calls `parse_args`: the
+A module declares its command-line options without defaults for the settings, then calls `parse_args`: the
 file named by --config (default: the script's own) gives every setting, the command line overrides single ones,
 and --help shows each setting's value from the file.
-Keys without a command-line option are file-only settings; they still land on the returned namespace. The
-result JSON records `record(...)`: the file's path from the repository root and the effective settings.
+Keys without a command-line option are file-only settings; they still land on the returned namespace. Every
+result JSON carries `record(...)`: the command, the config file's path from the repository root, the effective
+settings, uhdsearch's version, the git commit and the CPU (`benchmarks.lib.timer.cpu_record`).
 """
 from __future__ import annotations
 
 import argparse
+import shlex
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository root: benchmarks/lib/settings.py
 CONFIGS = ROOT / "benchmarks" / "configs"
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 def default_config(script: str) -> Path:
@@ -74,14 +79,30 @@ def parse_args(parser: argparse.ArgumentParser, script: str,
     return args, path, {key: getattr(args, key) for key in values}
 
 
-def record(path: Path, settings: dict[str, Any]) -> dict[str, Any]:
-    """The keys every result JSON carries about its settings and the machine it ran on (a timing means little
-    without its CPU: model, capability, bfloat16 hardware and the WTA product's path)."""
-    return {"config_file": relative(path), "settings": settings, "machine": machine_record()}
+def record(path: Path | None, settings: dict[str, Any]) -> dict[str, Any]:
+    """The keys every result JSON carries about how it was made: the command, the settings (the config file, None
+    for a module without one, and the effective values), uhdsearch's version and commit, and the CPU it ran on (a
+    timing means little without it: model, capability, bfloat16 hardware and the WTA product's path)."""
+    from benchmarks.lib.timer import cpu_record
+    from uhdsearch import __version__
+
+    return {"command": command(), "config_file": None if path is None else relative(path), "settings": settings,
+            "uhdsearch_version": __version__, "git_commit": git_commit(), "machine": cpu_record()}
 
 
-def machine_record() -> dict[str, Any]:
-    """uhdsearch's CPU record (encoder/machine.py), for scripts that write a result JSON without `record`."""
-    from uhdsearch.encoder.machine import cpu_record
+def command() -> str:
+    """This process's command line as typed from the repository root: `python -m benchmarks.speed.x --opt ...`."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    program = f"-m {spec.name}" if spec is not None else shlex.quote(relative(Path(sys.argv[0])))
+    return " ".join(["python", program, *map(shlex.quote, sys.argv[1:])])
 
-    return cpu_record()
+
+def git_commit() -> str | None:
+    """The checked-out commit, with "-dirty" where tracked files differ from it; None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")

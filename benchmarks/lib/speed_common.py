@@ -1,8 +1,8 @@
-"""Shared pieces of the search-speed benchmarks: timing, result rows, the exact top-k oracle and its recall."""
+"""Shared pieces of the search-speed benchmarks: result rows, the exact top-k oracle and its recall (timing:
+benchmarks.lib.timer)."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -10,12 +10,11 @@ import numpy as np
 K = 10
 
 
-
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _exact_top(scores: np.ndarray, k: int = K, tol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
+def exact_top(scores: np.ndarray, k: int = K, tol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
     """Top-k doc numbers under the tie rule (score desc, doc asc), and every doc scoring >= the k-th score."""
     positive = np.flatnonzero(scores > 0)
     values = scores[positive]
@@ -43,17 +42,6 @@ def recall_vs_exact(numbers: np.ndarray, ties: list[np.ndarray]) -> float:
     return float(np.mean(hits))
 
 
-def single_query_ms(search, rows: list, n_warmup: int = 10) -> np.ndarray:
-    for r in rows[:n_warmup]:
-        search(r)
-    times = []
-    for r in rows:
-        t0 = time.perf_counter()
-        search(r)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return np.array(times)
-
-
 def row(method, n_docs, threads, times, qps, bytes_per_doc, recall, floor, **extra) -> dict:
     out = {"method": method, "n_docs": n_docs, "threads": threads,
            "p50_ms": None if times is None else round(float(np.percentile(times, 50)), 3),
@@ -70,7 +58,7 @@ def directory_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _fmt(r: dict) -> str:
+def fmt(r: dict) -> str:
     cells = [f"{r['method']:<12}", f"{r['n_docs']:>9,}", f"{r['threads']:>2}"]
     for key, width in (("p50_ms", 9), ("p95_ms", 9), ("qps_batch", 9), ("index_bytes_per_doc", 10),
                        ("recall@10_vs_exact", 7), ("floor_ms", 8)):

@@ -4,7 +4,7 @@ search_speed.py writes a binary and a weighted index plus an oracle per size; at
 19 GB. The growth and stop-dims speed benchmarks need only the binary index, cached here by size, seed and the
 density statistics' digest (the same key as search_speed.py's).
 
-    .venv/bin/python benchmarks/synthetic_binary.py 100000 1000000
+    .venv/bin/python -m benchmarks.lib.synthetic_binary 100000 1000000
 """
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_stats import load_stats  # noqa: E402
-from synthetic import SyntheticPostings  # noqa: E402
+from benchmarks.lib.density import load_stats
+from benchmarks.lib.settings import ROOT
+from benchmarks.lib.synthetic import SyntheticPostings
 
-ROOT = Path(__file__).resolve().parent.parent
 WORK_DIR = ROOT / "out" / "synthetic_binary"
 
 

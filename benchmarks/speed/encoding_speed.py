@@ -4,7 +4,7 @@ For each setting: documents per second through the backbone alone and through ba
 median latency of encoding one query, with the backbone in PyTorch and through ONNX Runtime
 (`UHDEncoder.use_onnx_runtime`). Settings: dim 32,768 and 81,920, projection in float32 and bfloat16.
 
-    .venv/bin/python benchmarks/encoding_speed.py [--n-docs 256] [--doc-length 256]
+    .venv/bin/python -m benchmarks.speed.encoding_speed [--n-docs 256] [--doc-length 256]
 
 Prints a table and writes benchmarks/results/encoding_speed.json. Settings come from
 benchmarks/configs/encoding_speed.toml (--config); options override single ones.
@@ -15,30 +15,17 @@ import argparse
 import json
 import platform
 import statistics
-import time
-from pathlib import Path
 
 import torch
 
-from settings import comma_list, parse_args, record
-
+from benchmarks.lib.settings import RESULTS, comma_list, parse_args, record
+from benchmarks.lib.timer import median_seconds
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
 
-RESULTS = Path(__file__).parent / "results" / "encoding_speed.json"
-
-
-def timed(fn, repeats: int) -> float:
-    """Median seconds of `repeats` calls after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+RESULT_JSON = RESULTS / "encoding_speed.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +52,7 @@ def main() -> None:
                 batch = backbone.tokenize(texts[start : start + args.batch_size], args.doc_length)
                 backbone(batch["input_ids"], batch["attention_mask"], [backbone.n_layers])
 
-    backbone_s = timed(backbone_only, args.repeats)
+    backbone_s = median_seconds(backbone_only, args.repeats)
     rows = [{"setting": "backbone only", "docs_per_s": len(texts) / backbone_s, "wta_share": 0.0,
              "query_ms_p50": None}]
     for dim in args.dims:
@@ -74,11 +61,11 @@ def main() -> None:
                                            document_max_length=args.doc_length, wta_dtype=dtype)
             encoder = UHDEncoder(backbone, encoder_config)
             encoder.eval()
-            seconds = timed(lambda: encoder.encode_document(texts, batch_size=args.batch_size, show_progress=False),
+            seconds = median_seconds(lambda: encoder.encode_document(texts, batch_size=args.batch_size, show_progress=False),
                             args.repeats)
-            query_ms = [1000 * timed(lambda q=q: encoder.encode_query([q]), 1) for q in queries]
+            query_ms = [1000 * median_seconds(lambda q=q: encoder.encode_query([q]), 1) for q in queries]
             encoder.use_onnx_runtime()
-            onnx_ms = [1000 * timed(lambda q=q: encoder.encode_query([q]), 1) for q in queries]
+            onnx_ms = [1000 * median_seconds(lambda q=q: encoder.encode_query([q]), 1) for q in queries]
             rows.append({"setting": f"dim {dim}, {dtype}", "docs_per_s": len(texts) / seconds,
                          "wta_share": max(0.0, 1 - backbone_s / seconds),
                          "query_ms_p50": statistics.median(query_ms), "query_ms_p50_onnx": statistics.median(onnx_ms)})
@@ -88,11 +75,11 @@ def main() -> None:
         q = "" if row["query_ms_p50"] is None else f"{row['query_ms_p50']:.1f}"
         o = "" if row.get("query_ms_p50_onnx") is None else f"{row['query_ms_p50_onnx']:.1f}"
         print(f"{row['setting']:<24} {row['docs_per_s']:>8.1f} {row['wta_share']:>10.0%} {q:>13} {o:>10}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"n_docs": len(texts), "doc_length": args.doc_length,
+    RESULT_JSON.parent.mkdir(parents=True, exist_ok=True)
+    RESULT_JSON.write_text(json.dumps({"n_docs": len(texts), "doc_length": args.doc_length,
                                    "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
                                    **record(config, settings), "rows": rows}, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    print(f"wrote {RESULT_JSON}")
 
 
 if __name__ == "__main__":

@@ -4,14 +4,14 @@ Real SciFact test queries, one at a time: encode (the full encoder with the ONNX
 inference-free lookup table, the context vote, or the distilled query student), then exact binary top-10. bm25s over real dictionary text of the same size, with the
 same queries (tokenization included), is the peer in the same run.
 
-The index: `index = "synthetic"` (default) is the 100k-document synthetic index of benchmarks/search_speed.py,
+The index: `index = "synthetic"` (default) is the 100k-document synthetic index of benchmarks/speed/search_speed.py,
 whose postings follow the density of the real quickstart model on SciFact (benchmarks/results/uhd_density_scifact.*,
 3,783 active dims per document; documents are *not* encoded here, which at ~15-54 documents/s on 2 cores would take
 0.5-2 h). `index = "real"` encodes N dictionary definitions with the model instead (cached under --work-dir).
-The lookup table: the variant benchmarks/lookup_queries.py chose (in the config), learned from a sample of SciFact
-documents. Set-up once: `bash benchmarks/setup_search_speed.sh` (the dictionaries).
+The lookup table: the variant benchmarks/experiments/lookup_queries.py chose (in the config), learned from a sample of SciFact
+documents. Set-up once: `bash benchmarks/speed/setup_search_speed.sh` (the dictionaries).
 
-    .venv/bin/python benchmarks/end_to_end.py [--n-docs 100000] [--model ../main/out/quickstart/model]
+    .venv/bin/python -m benchmarks.speed.end_to_end [--n-docs 100000] [--model ../main/out/quickstart/model]
 
 Prints a table and writes benchmarks/results/end_to_end.json. Settings: benchmarks/configs/end_to_end.toml.
 """
@@ -26,32 +26,26 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoded_cache import load_model  # noqa: E402
-from settings import ROOT, parse_args, record  # noqa: E402
-from speed_peers import dictionary_texts  # noqa: E402
+from benchmarks.lib.encoded_cache import load_model
+from benchmarks.lib.peers import dictionary_texts
+from benchmarks.lib.settings import RESULTS, ROOT, parse_args, record
+from benchmarks.lib.timer import percentiles, time_calls
+from uhdsearch.encoder.model import UHDEncoder
+from uhdsearch.encoder.precision import product_dtype
+from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
+from uhdsearch.index.inverted import BinaryIndex, InvertedIndex
 
-from uhdsearch.encoder.model import UHDEncoder  # noqa: E402
-from uhdsearch.encoder.precision import product_dtype  # noqa: E402
-from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir  # noqa: E402
-from uhdsearch.index.inverted import BinaryIndex, InvertedIndex  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "end_to_end.json"
+RESULT_JSON = RESULTS / "end_to_end.json"
 
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def percentiles(ms: list[float]) -> dict:
-    return {"p50_ms": round(float(np.median(ms)), 3), "p95_ms": round(float(np.percentile(ms, 95)), 3)}
-
-
 def synthetic_index(n_docs: int, seed: int, work_dir: Path) -> tuple[InvertedIndex, str]:
     """A binary index of synthetic postings at the real model's density (search_speed.py's generator), cached."""
-    from speed_stats import load_stats
-    from synthetic import SyntheticPostings
-
+    from benchmarks.lib.density import load_stats
+    from benchmarks.lib.synthetic import SyntheticPostings
     from uhdsearch.index.writer import IndexWriter
 
     profile, _, digest = load_stats()
@@ -77,10 +71,9 @@ def real_index(model: UHDEncoder, n_docs: int, work_dir: Path, batch_size: int) 
 
 
 def lookup_encoder(model: UHDEncoder, args, queries: list[str]):
-    """The inference-free table of the config's variant (the one benchmarks/lookup_queries.py chose), learned from
+    """The inference-free table of the config's variant (the one benchmarks/experiments/lookup_queries.py chose), learned from
     `table_docs` sampled SciFact documents; context-free rows for the timed queries' tokens the sample lacks."""
-    from encoded_cache import token_states
-
+    from benchmarks.lib.encoded_cache import token_states
     from uhdsearch.encoder.query.table import LookupEncoder, build_table
     from uhdsearch.encoder.query.corpus_table import CorpusTable
     from uhdsearch.evaluation.datasets import load_corpus
@@ -104,7 +97,7 @@ def lookup_encoder(model: UHDEncoder, args, queries: list[str]):
     lookup = LookupEncoder(tables, model.backbone.tokenizer, model.config, model.digest(), args.lookup_specials,
                            neighbours=pairs, keep=args.lookup_keep if pairs else None)
     voted = None
-    if args.vote_winners and pairs is not None:  # the context vote (benchmarks/lookup_vote.py's choice)
+    if args.vote_winners and pairs is not None:  # the context vote (benchmarks/experiments/lookup_vote.py's choice)
         voted = LookupEncoder(table.tables(args.lookup_summary, args.vote_keep, fallback=alone),
                               model.backbone.tokenizer, model.config, model.digest(),
                               neighbours=table.neighbours.rows(args.vote_keep), keep=args.vote_keep, vote=args.vote,
@@ -135,7 +128,7 @@ def time_queries(encoders: dict, index: InvertedIndex, queries: list[str], threa
 def legacy_encode(model: UHDEncoder, text: str):
     """The full encoder's query path as it was before issue 21 (tokenizer.pad, boolean-mask copies, torch.topk,
     a dense (1, dim) max-pool then CSR), the same weights and ONNX Runtime backbone: the before/after ratio."""
-    from uhdsearch.encoder.model import _rows_to_csr
+    from uhdsearch.encoder.model import rows_to_csr
     from uhdsearch.encoder.pooling import l2_normalize, max_pool_winners
     from uhdsearch.sparse import SparseEncoding
 
@@ -144,23 +137,23 @@ def legacy_encode(model: UHDEncoder, text: str):
     batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt")
     dtype = product_dtype(model.config.wta_dtype)
     with torch.inference_mode():
-        states = model._backbone_runner()(batch["input_ids"], batch["attention_mask"], model.layers)
+        states = model.backbone_runner()(batch["input_ids"], batch["attention_mask"], model.layers)
         keep = batch["attention_mask"].bool()
         token_text = torch.nonzero(keep, as_tuple=True)[0]
         out = []
         for layer, s in zip(model.layers, states):
             wta = model.buckets.wta[str(layer)]
-            weight, bias = wta._cast_weight(dtype) or (wta.weight, wta.bias)
+            weight, bias = wta.cast_weight(dtype) or (wta.weight, wta.bias)
             z = torch.addmm(bias, s[keep].to(dtype), weight.t())
             values, indices = torch.topk(z, model.config.wta_k, dim=1, sorted=False)
             pooled = l2_normalize(max_pool_winners(values.float(), indices, token_text, 1, wta.dim))
-            out.append(_rows_to_csr(pooled))
+            out.append(rows_to_csr(pooled))
     return SparseEncoding(out)
 
 
 def encoder_stages(model: UHDEncoder, queries: list[str]) -> dict:
     """p50 of each stage of the full encoder on one query (what UHDEncoder.encode runs, taken apart)."""
-    from uhdsearch.encoder.model import _rows_to_csr
+    from uhdsearch.encoder.model import rows_to_csr
     from uhdsearch.encoder.pooling import l2_normalize, max_pool_winners
     from uhdsearch.encoder.winners import pooled_csr, top_winners
 
@@ -175,9 +168,9 @@ def encoder_stages(model: UHDEncoder, queries: list[str]) -> dict:
             ids = tokenizer(text, truncation=True, max_length=model.config.query_max_length)["input_ids"]
             ids = torch.tensor([ids])
             t.append(time.perf_counter())
-            states = model._backbone_runner()(ids, torch.ones_like(ids), model.layers)
+            states = model.backbone_runner()(ids, torch.ones_like(ids), model.layers)
             t.append(time.perf_counter())
-            weight, bias = wta._cast_weight(dtype) or (wta.weight, wta.bias)
+            weight, bias = wta.cast_weight(dtype) or (wta.weight, wta.bias)
             z = torch.addmm(bias, states[0][0].to(dtype), weight.t())
             t.append(time.perf_counter())
             values, dims = top_winners(z, model.config.wta_k)
@@ -188,7 +181,7 @@ def encoder_stages(model: UHDEncoder, queries: list[str]) -> dict:
             values, dims = torch.topk(z, model.config.wta_k, dim=1, sorted=False)  # the pre-issue-21 stages
             values = values.float()
             t.append(time.perf_counter())
-            _rows_to_csr(l2_normalize(max_pool_winners(values, dims, token_text, 1, wta.dim)))
+            rows_to_csr(l2_normalize(max_pool_winners(values, dims, token_text, 1, wta.dim)))
             t.append(time.perf_counter())
             for name, a, b in zip(stages, t[:-1], t[1:]):
                 stages[name].append(1e3 * (b - a))
@@ -250,16 +243,13 @@ def main() -> None:
     texts, how = dictionary_texts(args.n_docs, seed=0)
     retriever = bm25s.BM25(k1=0.9, b=0.4)
     retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
-    bm25_ms = []
-    for text in queries[:10] + queries:
-        t0 = time.perf_counter()
+    def tokenize_and_search(text: str) -> None:
         tokens = bm25s.tokenize([text], stopwords="en", show_progress=False)
         retriever.retrieve(tokens, k=10, show_progress=False, n_threads=1)
-        bm25_ms.append(1e3 * (time.perf_counter() - t0))
-    bm25 = percentiles(bm25_ms[10:])
+    bm25 = percentiles(time_calls(tokenize_and_search, queries[:10] + queries)[10:])  # the first ten warm up
 
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
-    result = {"script": "benchmarks/end_to_end.py", **record(config, settings), "index_kind": what,
+    result = {"script": "benchmarks/speed/end_to_end.py", **record(config, settings), "index_kind": what,
               "postings_per_doc": index.n_postings() / index.n_documents,
               "index_bytes_per_doc": index.bytes_per_document(), "model_digest": model.digest(),
               "lookup_table": table_source, "rows": rows, "full_encoder_stages_p50_ms": stages,
@@ -276,7 +266,7 @@ def main() -> None:
           f"real dictionary text)")
     print("full encoder stages, p50 ms: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
     result["wall_s"] = round(time.time() - start, 1)
-    out = RESULTS if args.runtime == "onnx" else RESULTS.with_name("end_to_end_torch.json")
+    out = RESULT_JSON if args.runtime == "onnx" else RESULT_JSON.with_name("end_to_end_torch.json")
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out} ({result['wall_s']:.0f} s)")
 

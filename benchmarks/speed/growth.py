@@ -1,14 +1,14 @@
 """Cost growth: ms per query against the number of documents, UHD binary and 4-bit IDF against bm25s, one thread.
 
-For each size, benchmarks/synthetic_binary.py's synthetic binary index (the quickstart model's density on SciFact,
+For each size, benchmarks/lib/synthetic_binary.py's synthetic binary index (the quickstart model's density on SciFact,
 the real SciFact test queries encoded by that model) is searched one query at a time, binary and 4-bit IDF with and
 without the stop-dimension threshold, the systems interleaved query by query; bm25s runs in the same process on
 dictionary text of the same size (search_speed.py's peer: real text, not the same postings). Sizes whose index is
 not generated yet are skipped unless --generate. The exponent b of ms ~ N^b is fitted by least squares on log-log
 over the sizes >= fit_from. Index bytes per document: the index directory's files over N.
 
-    .venv/bin/python benchmarks/synthetic_binary.py 10000 30000 100000 300000 1000000 3000000
-    .venv/bin/python benchmarks/growth.py
+    .venv/bin/python -m benchmarks.lib.synthetic_binary 10000 30000 100000 300000 1000000 3000000
+    .venv/bin/python -m benchmarks.speed.growth
 
 Prints a table, writes benchmarks/results/growth.json and docs/growth.png. Settings: benchmarks/configs/growth.toml.
 """
@@ -18,23 +18,20 @@ import argparse
 import gc
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.lib.density import load_stats
+from benchmarks.lib.peers import bench_bm25s
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
+from benchmarks.lib.speed_common import K, directory_bytes, log
+from benchmarks.lib.synthetic_binary import WORK_DIR, binary_index_dir
+from benchmarks.lib.timer import percentiles, time_interleaved
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.search.stopdims import QueryWeighting
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_common import directory_bytes  # noqa: E402
-from speed_peers import bench_bm25s  # noqa: E402
-from speed_stats import load_stats  # noqa: E402
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-from stop_dims_speed import K, interleaved_ms, log  # noqa: E402
-from synthetic_binary import WORK_DIR, binary_index_dir  # noqa: E402
-
-OUT_JSON = ROOT / "benchmarks" / "results" / "growth.json"
+OUT_JSON = RESULTS / "growth.json"
 OUT_PNG = ROOT / "docs" / "growth.png"
 
 
@@ -57,10 +54,9 @@ def bench_size(n_docs: int, queries, args) -> list[dict]:
                                        [kept[i:i + 1] for i in range(kept.n)])
         systems[f"uhd idf4{tag}"] = (lambda q: index.search_encoded(q, K, [1.0], "quantized", n_threads=1),
                                      [levels[i:i + 1] for i in range(levels.n)])
-    times = interleaved_ms(systems, queries.n)
+    times = time_interleaved(systems, queries.n)
     bytes_per_doc = round(directory_bytes(directory) / n_docs, 1)
-    rows = [{"system": name, "n_docs": n_docs, "p50_ms": round(float(np.median(t)), 4),
-             "p95_ms": round(float(np.quantile(t, 0.95)), 4), "n_queries": int(t.shape[0]),
+    rows = [{"system": name, "n_docs": n_docs, **percentiles(t, digits=4), "n_queries": int(t.shape[0]),
              "index_bytes_per_doc": bytes_per_doc} for name, t in times.items()]
     del index, systems
     gc.collect()
@@ -129,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [n for n in args.sizes if args.generate or is_generated(n, args.seed)]
     skipped = sorted(set(args.sizes) - set(sizes))
     if skipped:
-        log(f"skipped (not generated; --generate or benchmarks/synthetic_binary.py): {skipped}")
+        log(f"skipped (not generated; --generate or benchmarks/lib/synthetic_binary.py): {skipped}")
     rows = [r for n in sizes for r in bench_size(n, queries, args)]
     runs = [{"sizes": sizes, "load_average_at_start": [round(x, 2) for x in load_start],
              "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}]
@@ -149,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     loads = [x for run in runs for x in (run["load_average_at_start"][0], run["load_average_at_end"][0])]
     plot(rows, fits, OUT_PNG, f"1-min load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores; bm25s "
                               "on dictionary text of the same N; ratios only within one N", args.fit_from)
-    result = {"script": "benchmarks/growth.py", **record(config, settings), "threads": 1, "k": K,
+    result = {"script": "benchmarks/speed/growth.py", **record(config, settings), "threads": 1, "k": K,
               "skipped_sizes": skipped, "runs": runs, "fits": fits, "rows": rows}
     OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {OUT_JSON} and {OUT_PNG}")

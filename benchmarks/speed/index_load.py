@@ -9,43 +9,23 @@ The bitmaps' padding check runs only for loads into memory and document counts t
 (1,000,000 is); its read from a fresh memory map (each bitmap's last word: a page fault per row) is timed on its
 own, `padding_check`, which is why memory-mapped loads leave those bits to the kernels' masks.
 
-    .venv/bin/python benchmarks/index_load.py                  # 1M documents -> benchmarks/results/index_load.json
-    .venv/bin/python benchmarks/index_load.py --n-docs 100000 --no-write
+    .venv/bin/python -m benchmarks.speed.index_load                  # 1M documents -> benchmarks/results/index_load.json
+    .venv/bin/python -m benchmarks.speed.index_load --n-docs 100000 --no-write
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic_binary import binary_index_dir  # noqa: E402
+from benchmarks.lib.settings import RESULTS, record
+from benchmarks.lib.synthetic_binary import binary_index_dir
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULT = ROOT / "benchmarks" / "results" / "index_load.json"
-
-
-def cpu_record() -> dict:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        import torch
-
-        capability = torch.backends.cpu.get_cpu_capability()
-    except ImportError:
-        capability = None
-    return {"cpu_model": model, "cpu_capability": capability}
+RESULT = RESULTS / "index_load.json"
 
 
 def time_loads(path: Path, mmap: bool, repeats: int) -> dict:
@@ -105,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     index = InvertedIndex.load(path, mmap=True, verify=False)
     # memory-mapped (load's default above 256 MB) always; into memory too while it takes at most 1 GB
     modes = (True, False) if index.nbytes() <= 1 << 30 else (True,)
-    result = {"command": "python benchmarks/index_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    result = {**record(None, {key: value for key, value in vars(args).items() if key != "no_write"}),
               "n_documents": index.n_documents, "dim": index.dim, "index_bytes": index.nbytes(),
               "n_bitmap_dims": index.buckets[0].n_bitmaps(), "n_blocks": int(index.buckets[0].block_ptr[-1]),
-              **cpu_record(), "loads": [time_loads(path, mmap, args.repeats) for mmap in modes],
+              "loads": [time_loads(path, mmap, args.repeats) for mmap in modes],
               "padding_check": time_padding_read(path, index.n_documents, args.repeats),
               "padding_checked_in_loads": index.n_documents % 64 != 0,
               "load_average_1min": round(os.getloadavg()[0], 2)}  # the machine's business during the run

@@ -7,7 +7,7 @@ Prints ms/query (p50 over queries of each query's fastest of --repeat runs, one 
 bitmap/packed-list splits, on 1 and 2 threads, batch throughput, index bytes per posting, and the floor = touched
 postings x 4 bytes / copy bandwidth. Settings come from benchmarks/configs/kernels.toml (--config).
 
-    .venv/bin/python benchmarks/kernels.py --n-docs 100000
+    .venv/bin/python -m benchmarks.speed.kernels --n-docs 100000
 """
 from __future__ import annotations
 
@@ -19,14 +19,15 @@ from pathlib import Path
 import numba
 import numpy as np
 import scipy.sparse as sp
-from settings import comma_list, parse_args, relative
 
+from benchmarks.lib.settings import RESULTS, comma_list, parse_args, relative
+from benchmarks.lib.timer import time_repeats
 from uhdsearch.index.codec import compress
-from uhdsearch.index.inverted import BinaryIndex, Postings, WeightedIndex, _read_only
+from uhdsearch.index.inverted import BinaryIndex, Postings, WeightedIndex, read_only
 from uhdsearch.search.oracle import score_bucket
 from uhdsearch.sparse import SparseEncoding
 
-DENSITY = Path(__file__).resolve().parent / "results" / "uhd_density_scifact.npz"
+DENSITY = RESULTS / "uhd_density_scifact.npz"
 
 
 @numba.njit(cache=True)
@@ -66,21 +67,13 @@ def synthetic_postings(df: np.ndarray, n_ref: int, n_docs: int, seed: int = 0):
 def copy_bandwidth() -> float:
     a = np.ones(64 * 1024 * 1024 // 8, np.float64)
     b = np.empty_like(a)
-    best = np.inf
-    for _ in range(5):
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
+    best = time_repeats(lambda: np.copyto(b, a), 5).min() / 1e3
     return a.nbytes / best  # bytes read per second
 
 
-def timed(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return times
+def timed(fn, repeat) -> np.ndarray:
+    """Seconds of each of `repeat` calls."""
+    return time_repeats(fn, repeat) / 1e3
 
 
 def time_open(indptr, docs, n_docs, dim, queries, step=2048) -> None:
@@ -156,7 +149,7 @@ def main() -> None:
         bucket = compress(indptr, docs, weights, args.n_docs, bias if np.isfinite(bias) else 1e30)
         build_s = time.perf_counter() - t
         klass = WeightedIndex if args.weighted else BinaryIndex
-        index = klass([_read_only(bucket)], [str(i) for i in range(args.n_docs)], dim, {"encoder_digest": None}, None)
+        index = klass([read_only(bucket)], [str(i) for i in range(args.n_docs)], dim, {"encoder_digest": None}, None)
         bpp = index.bytes_per_posting()
         share = np.diff(bucket.indptr)[bucket.bitmap_rows >= 0].sum() / n_postings
         index.search_encoded(queries[:2], 10, [1.0], "binary", n_threads=2)  # compile / warm

@@ -7,7 +7,7 @@ many dims of each kind from the synthetic index, times exact top-100 search inte
 counts and length-normalized. Run it at two commits to compare kernels (the README's "List dims count into the
 planes" does so).
 
-    .venv/bin/python benchmarks/list_dims.py     # quiet cores: the timings are the point
+    .venv/bin/python -m benchmarks.speed.list_dims     # quiet cores: the timings are the point
 
 Writes benchmarks/results/list_dims.json; prints a table. Settings: configs/list_dims.toml.
 """
@@ -23,15 +23,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
+from benchmarks.lib.synthetic_binary import binary_index_dir
+from benchmarks.lib.timer import median_ms, time_interleaved
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.sparse import SparseEncoding
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-from stop_dims_speed import interleaved_ms  # noqa: E402
-from synthetic_binary import binary_index_dir  # noqa: E402
-
-RESULT_JSON = ROOT / "benchmarks" / "results" / "list_dims.json"
+RESULT_JSON = RESULTS / "list_dims.json"
 K = 100
 
 
@@ -77,13 +75,13 @@ def main(argv: list[str] | None = None) -> None:
             index.length_scales(alpha) if alpha else None
             systems[f"{shape} | ln{alpha:g}"] = (
                 lambda q, a=alpha: index.search_encoded(q, K, [1.0], "binary", n_threads=1, length_norm=a), queries)
-    times = interleaved_ms(systems, args.n_queries)
+    times = time_interleaved(systems, args.n_queries)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT, capture_output=True,
                                 text=True).stdout.strip())
     table = [{"shape": name.split(" | ")[0], "alpha": float(name.split(" | ln")[1]),
-              "p50_ms": round(float(np.median(t)), 3)} for name, t in times.items()]
+              "p50_ms": round(median_ms(t), 3)} for name, t in times.items()]
     print(f"{'query shape':<26} {'alpha':>6} {'p50 ms':>8}")
     for r in table:
         print(f"{r['shape']:<26} {r['alpha']:>6g} {r['p50_ms']:>8.3f}")
@@ -92,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     previous = json.loads(RESULT_JSON.read_text()) if RESULT_JSON.exists() else {}
     key = args.label or f"{commit}{'+' if dirty else ''}"
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in settings.items()}
-    previous[key] = {"script": "benchmarks/list_dims.py", **record(config, settings), "commit": commit,
+    previous[key] = {"script": "benchmarks/speed/list_dims.py", **record(config, settings), "commit": commit,
                      "uncommitted_source_changes": dirty, "threads": 1, "k": K,
                      "n_bitmap_dims": int(bitmap_dims.shape[0]), "n_list_dims": int(list_dims.shape[0]),
                      "load_average_at_start": [round(x, 2) for x in load_start],

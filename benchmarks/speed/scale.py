@@ -24,10 +24,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).parent))
-from settings import comma_list, parse_args, record  # noqa: E402
+from benchmarks.lib.settings import RESULTS, comma_list, parse_args, record
 
-RESULTS = Path(__file__).parent / "results" / "scale.json"
+RESULT_JSON = RESULTS / "scale.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--shards", type=comma_list(int))
     p.add_argument("--work-dir", help="where the temporary indexes go (default: the system's temp dir)")
-    p.add_argument("--out", type=Path, default=RESULTS, help="result JSON")
+    p.add_argument("--out", type=Path, default=RESULT_JSON, help="result JSON")
     return p
 
 

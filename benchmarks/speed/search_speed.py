@@ -4,10 +4,10 @@ Synthetic postings at N = 10k, 100k, 1M documents (capped by --max-docs) follow 
 quickstart model on SciFact (active dims per document, document frequency of every dimension, value
 distribution; benchmarks/results/uhd_density_scifact.{json,npz}); the queries are the real SciFact test queries
 encoded by that model. bm25s runs on real dictionary text (gcide + WordNet) of the same size.
-Set-up once: `bash benchmarks/setup_search_speed.sh`.
+Set-up once: `bash benchmarks/speed/setup_search_speed.sh`.
 
-    .venv/bin/python benchmarks/search_speed.py --max-docs 100000
-    .venv/bin/python benchmarks/search_speed.py --recompute-stats --model out/quickstart/model
+    .venv/bin/python -m benchmarks.speed.search_speed --max-docs 100000
+    .venv/bin/python -m benchmarks.speed.search_speed --recompute-stats --model out/quickstart/model
 
 Prints a table and writes benchmarks/results/search_speed.json (one row per method, size and thread count).
 Generated indexes are cached under --work-dir, keyed by size, seed and the density statistics. Settings (sizes,
@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -29,28 +28,18 @@ import numba as nb
 import numpy as np
 import scipy.sparse as sp
 
+from benchmarks.lib.density import STATS_JSON, STATS_NPZ, compute_stats, load_stats
+from benchmarks.lib.peers import bench_bm25s
+from benchmarks.lib.seismic_peer import bench_seismic
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
+from benchmarks.lib.speed_common import (K, directory_bytes, exact_top, fmt, header, load_oracle, log, recall_vs_exact,
+                                         row)
+from benchmarks.lib.synthetic import DensityProfile, SyntheticPostings
+from benchmarks.lib.timer import time_calls, time_repeats
 from uhdsearch.sparse import SparseEncoding
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from settings import comma_list, parse_args, record  # noqa: E402
-from speed_common import (K, _exact_top, _fmt, directory_bytes, header, load_oracle, log,  # noqa: E402,F401
-                          recall_vs_exact, row, single_query_ms)
-from speed_peers import bench_bm25s  # noqa: E402
-from speed_seismic import bench_seismic  # noqa: E402
-from speed_stats import STATS_JSON, STATS_NPZ, compute_stats, load_stats  # noqa: E402,F401
-from synthetic import DensityProfile, SyntheticPostings  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = ROOT / "benchmarks" / "results"
+RESULTS_DIR = RESULTS
 OUT_JSON = RESULTS_DIR / "search_speed.json"
-
-
-
-# --------------------------------------------------------------------------- real statistics
-
-
-
-
 
 
 # --------------------------------------------------------------------------- synthetic indexes + exact oracle
@@ -122,7 +111,7 @@ def build_synthetic(profile: DensityProfile, queries: SparseEncoding, n_docs: in
     for name, scores in (("binary", counts), ("weighted", dots)):
         tops = []
         for i, scores_row in enumerate(scores):
-            top, ties = _exact_top(scores_row.astype(np.float64))
+            top, ties = exact_top(scores_row.astype(np.float64))
             tops.append(top)
             oracle[f"{name}_ties_{i}"] = ties
         oracle[f"{name}_top"] = np.stack(tops)
@@ -147,10 +136,6 @@ def _accumulate(first_dim, indptr, docs, weights, q_indptr, q_dims, q_values, co
                     dots[s, docs[p]] += v * weights[p]
 
 
-
-
-
-
 # --------------------------------------------------------------------------- timing helpers
 
 
@@ -158,12 +143,8 @@ def copy_bandwidth_gb_s(n_bytes: int = 1 << 29, repeats: int = 5) -> float:
     """Best-of-`repeats` numpy copy of a buffer much larger than the caches; bytes copied per second."""
     a = np.ones(n_bytes // 8)
     b = np.empty_like(a)
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t0)
-    return n_bytes / best / 1e9
+    best_s = time_repeats(lambda: np.copyto(b, a), repeats).min() / 1e3
+    return n_bytes / best_s / 1e9
 
 
 def adder_two_thread_speedup(repeats: int = 5) -> float:
@@ -203,9 +184,6 @@ def adder_two_thread_speedup(repeats: int = 5) -> float:
     return float(np.median(ratios))
 
 
-
-
-
 # --------------------------------------------------------------------------- methods
 def bench_uhd(directory: Path, queries: SparseEncoding, n_docs: int, threads: list[int], floor: float,
               warm_up: bool = True) -> list[dict]:
@@ -237,7 +215,7 @@ def bench_uhd(directory: Path, queries: SparseEncoding, n_docs: int, threads: li
             # how far the machine itself lets two threads scale, just before they are timed (it varied 1.0-1.8x
             # within minutes when the host was busy)
             probe = {"adder_two_thread_speedup": round(adder_two_thread_speedup(), 2)} if t >= 2 else {}
-            times = single_query_ms(search, singles, n_warmup=10 if n_docs <= 100_000 else 3)
+            times = time_calls(search, singles, n_warmup=10 if n_docs <= 100_000 else 3)
             t0 = time.perf_counter()
             numbers, _ = search(queries)
             qps = queries.n / (time.perf_counter() - t0)
@@ -247,7 +225,7 @@ def bench_uhd(directory: Path, queries: SparseEncoding, n_docs: int, threads: li
                             floor, bytes_per_posting=round(per_posting, 3), disk_bytes_per_doc=round(disk / n_docs, 1),
                             open_ms=round(open_ms, 1), warm_up_ms=None if warm_up_ms is None else round(warm_up_ms, 1),
                             identical_to_oracle=identical, n_oracle_queries=int(top.shape[0]), **probe))
-            log(_fmt(rows[-1]))
+            log(fmt(rows[-1]))
         del index
         gc.collect()
     return rows
@@ -275,11 +253,11 @@ def bench_scipy(directory: Path, queries: SparseEncoding, n_docs: int, floor: fl
 
         def top_of(qm):
             scores = (qm @ m).toarray()
-            return np.stack([_exact_top(s.astype(np.float64))[0] for s in scores])
+            return np.stack([exact_top(s.astype(np.float64))[0] for s in scores])
         singles = [q[i:i + 1] for i in range(q.shape[0])]
         top, ties = load_oracle(directory, scoring, queries.n)
         numbers = top_of(q[: top.shape[0]])
-        times = single_query_ms(top_of, singles)
+        times = time_calls(top_of, singles, n_warmup=10)
         t0 = time.perf_counter()
         for start in range(0, q.shape[0], 32):
             top_of(q[start:start + 32])
@@ -287,24 +265,16 @@ def bench_scipy(directory: Path, queries: SparseEncoding, n_docs: int, floor: fl
         rows.append(row("scipy", n_docs, 1, times, qps, (need - (nnz * 4 if scoring == "binary" else 0)) / n_docs,
                         recall_vs_exact(numbers, ties), floor, scoring=scoring,
                         identical_to_oracle=bool(np.array_equal(numbers, top))))
-        log(_fmt(rows[-1]))
+        log(fmt(rows[-1]))
     del matrix
     gc.collect()
     return rows
 
 
-
-
-
-
-
-
 # --------------------------------------------------------------------------- bm25s on real text
 
 
-
 # --------------------------------------------------------------------------- driver
-
 
 
 def ratios(rows: list[dict]) -> list[str]:
@@ -400,12 +370,12 @@ def main(argv: list[str] | None = None) -> None:
                 r.setdefault("process_max_rss_gb", round(peak, 2))
     print(header())
     for r in rows:
-        print(_fmt(r))
+        print(fmt(r))
     print(f"copy bandwidth: {bandwidth:.1f} GB/s; floor = touched postings x 4 B / bandwidth (median over queries)")
     for line in ratios(rows):
         print(line)
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "copy_bandwidth_gb_s": round(bandwidth, 2),
-               "stats": STATS_JSON.name, "command": " ".join(sys.argv), **record(config, settings)}
+               "stats": STATS_JSON.name, **record(config, settings)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps([dict(r, machine=machine) for r in rows], indent=1) + "\n", encoding="utf-8")
     log(f"wrote {args.out}")

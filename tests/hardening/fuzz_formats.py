@@ -13,8 +13,8 @@ Outcomes: "ok" (results name only documents of the index), "error" (a uhdsearch 
 "unclear" (any other exception: a bug, though not a crash), "wrong" (a number outside the index), "crash" (the
 worker died by a signal), "hang" (the batch ran out of time).
 
-    .venv/bin/python benchmarks/fuzz_formats.py --cases 10000          # writes benchmarks/results/fuzz_formats.json
-    .venv/bin/python benchmarks/fuzz_formats.py --cases 200 --formats binary,segmented --no-write
+    .venv/bin/python -m tests.hardening.fuzz_formats --cases 10000          # writes benchmarks/results/fuzz_formats.json
+    .venv/bin/python -m tests.hardening.fuzz_formats --cases 200 --formats binary,segmented --no-write
 """
 from __future__ import annotations
 
@@ -34,11 +34,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fuzz_mutations import DIM, LOOKUP_TOKENS, MUTATIONS, N_DOCS, mutate, reseal  # noqa: E402,F401
+from benchmarks.lib.settings import RESULTS, ROOT, record
+from tests.hardening.fuzz_mutations import DIM, LOOKUP_TOKENS, MUTATIONS, N_DOCS, mutate, reseal  # noqa: F401
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULT = ROOT / "benchmarks" / "results" / "fuzz_formats.json"
+RESULT = RESULTS / "fuzz_formats.json"
 FORMATS = ("binary", "weighted", "planes", "segmented", "shards", "lookup")
 N_BUCKETS = 2
 
@@ -230,8 +229,8 @@ def worker() -> None:
 # ------------------------------------------------------------------ the parent: batches, signals, attribution
 def _run_worker(job: str, env: dict, timeout: float) -> tuple[list[str], int | None, str]:
     """A worker's stdout lines, exit code (None: killed after `timeout` s without a line, a hang) and stderr."""
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.hardening.fuzz_formats", "--worker"], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     proc.stdin.write(job)
     proc.stdin.close()
     err: list[str] = []
@@ -321,18 +320,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker()
         return 0
-    import platform
-
     formats = tuple(args.formats.split(","))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="uhd-fuzz-") as tmp:
         work = Path(tmp)
         bases = write_formats(work / "bases", formats)
         results = run_cases(make_cases(args.cases, formats, args.seed), bases, work, args.batch, log=args.log)
-    out = {"command": "python benchmarks/fuzz_formats.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "seed": args.seed, "formats": list(formats), "mutations": list(MUTATIONS),
-           "seconds": round(time.perf_counter() - t0, 1), "cpu": platform.processor() or platform.machine(),
-           **summary(results)}
+    settings = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()
+                if key not in ("worker", "no_write")}
+    out = {**record(None, settings), "seed": args.seed, "formats": list(formats), "mutations": list(MUTATIONS),
+           "seconds": round(time.perf_counter() - t0, 1), **summary(results)}
     print(json.dumps({k: v for k, v in out.items() if k != "findings"}, indent=1))
     for r in out["findings"][:20]:
         print(r, file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The mutations of benchmarks/fuzz_formats.py: seeded damage to an artifact's files, then every manifest and commit
+"""The mutations of tests/hardening/fuzz_formats.py: seeded damage to an artifact's files, then every manifest and commit
 checksum re-computed (`reseal`) so that the damage passes the checksums and reaches the loaders and kernels.
 
 Kinds: bit flips in an array's data, truncation inside an array (a shorter, well-formed .npy) and of the file, two
