@@ -9,6 +9,9 @@ from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import format_run
 
+# Tiny indexes still split a query's documents between threads, as in tests/index.
+pytestmark = pytest.mark.usefixtures("split_tiny_indexes_between_threads")
+
 QUERY = "vitamin D deficiency and bone fractures"
 
 

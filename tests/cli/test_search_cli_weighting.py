@@ -6,6 +6,9 @@ import pytest
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import format_run
 
+# Tiny indexes still split a query's documents between threads, as in tests/index.
+pytestmark = pytest.mark.usefixtures("split_tiny_indexes_between_threads")
+
 
 @pytest.fixture(scope="module")
 def built(saved_model_and_index):

@@ -11,6 +11,9 @@ from uhdsearch.errors import UsageError
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import format_run
 
+# Tiny indexes still split a query's documents between threads, as in tests/index.
+pytestmark = pytest.mark.usefixtures("split_tiny_indexes_between_threads")
+
 QUERY = "vitamin D deficiency and bone fractures"
 SHIPPED = Path(__file__).resolve().parents[2] / "models" / "query-student-minilm-l6-2layers.safetensors"
 

@@ -12,6 +12,9 @@ from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.oracle import brute_force_scores
 from uhdsearch.search.searcher import Searcher
 
+# Tiny indexes still split a query's documents between threads, as in tests/index.
+pytestmark = pytest.mark.usefixtures("split_tiny_indexes_between_threads")
+
 WORDS = "vitamin bone heart surgery genome mouse density failure"
 
 

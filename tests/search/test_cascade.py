@@ -13,6 +13,9 @@ from uhdsearch.search.oracle import brute_force_scores
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.sparse import SparseEncoding
 
+# Tiny indexes still split a query's documents between threads, as in tests/index.
+pytestmark = pytest.mark.usefixtures("split_tiny_indexes_between_threads")
+
 
 def random_binary(rng, n, dim, n_buckets, density):
     """Rows whose dims have skewed frequencies (dim d active with probability ~ density * 3 / (1 + d / 8))."""

@@ -4,13 +4,16 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from index_oracle import assert_same_ranking, expected_top_k, random_encoding
 
+from tests.index.index_oracle import assert_same_ranking, expected_top_k, random_encoding
 from uhdsearch.errors import UsageError
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.index.live.segments import SegmentedIndex
 from uhdsearch.search.stopdims import QueryWeighting, idf
 from uhdsearch.sparse import SparseEncoding
+
+# Tiny indexes still split a query's documents between threads, as in tests/index.
+pytestmark = pytest.mark.usefixtures("split_tiny_indexes_between_threads")
 
 
 @settings(max_examples=30, deadline=None)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from index_oracle import random_encoding
 
+from tests.index.index_oracle import random_encoding
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.errors import DimensionMismatchError, UsageError
@@ -14,6 +14,9 @@ from uhdsearch.search.searcher import Searcher
 from uhdsearch.search.options import SearchOptions, auto_max_df
 from uhdsearch.search.stopdims import DEFAULT_MAX_DF, MIN_DOCUMENTS
 from uhdsearch.types import format_run
+
+# Tiny indexes still split a query's documents between threads, as in tests/index.
+pytestmark = pytest.mark.usefixtures("split_tiny_indexes_between_threads")
 
 QUERY = "vitamin D deficiency and bone fractures in older women"
 
