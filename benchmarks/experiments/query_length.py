@@ -1,7 +1,7 @@
 """Choose a trained model's query token limit on dev, then (with --test-once) score the choice on test once.
 
-Chose each collection's query token limit on its dev split: 32 tokens for SciFact, 64 for CISI and Medline
-(studies/training.py).
+Chose each collection's query token limit on its dev split (benchmarks/results/query_length_<collection>.json, as
+studies/training.py's QUERY_LENGTHS uses them).
 
 The paper cuts queries at 32 tokens (A.1, MS MARCO's short questions); CISI and Medline queries are paragraphs.
 Dev is the training recipe's own: the held-out train queries where the collection has train qrels, else the

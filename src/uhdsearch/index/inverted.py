@@ -110,7 +110,7 @@ class InvertedIndex(IndexCapabilities):
         """Fault a memory-mapped index's pages into the process now rather than during the first searches.
 
         The first queries on a freshly opened 1M-document index otherwise spend most of their time mapping pages
-        (benchmarks/search_speed.py: p95 140 ms against a 14 ms p50). Reads the whole index once (from the page
+        (benchmarks/speed/search_speed.py: p95 140 ms against a 14 ms p50). Reads the whole index once (from the page
         cache, or from disk if it is not cached); a no-op for an index held in memory.
 
         Also counts the documents' lengths (`document_lengths`), which length-normalized search needs first.
