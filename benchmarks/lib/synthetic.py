@@ -7,8 +7,7 @@ then drawing Binomial(n_c, q[c, d]) documents of class c without replacement. Po
 dimension range by dimension range, so 1M documents never need all postings in memory. Every
 dimension has its own random stream: the output does not depend on the range size or thread count.
 
-Benchmark data only (search_speed.py and the tests of tests/benchmarks); imported as the top-level module
-`synthetic` with benchmarks/ on sys.path.
+Benchmark data only (search_speed.py and the tests of tests/benchmarks), imported as benchmarks.lib.synthetic.
 """
 from __future__ import annotations
 
