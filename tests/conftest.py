@@ -96,3 +96,15 @@ def saved_model_and_index(tmp_path_factory, tiny_backbone_dir, scifact_mini_dir)
         return root, model, index
 
     return build
+
+
+@pytest.fixture(scope="module")  # module, not session: undone before other modules
+def split_tiny_indexes_between_threads():
+    """Below MIN_DOCUMENTS_PER_THREAD a query stays on one thread; tests of tiny indexes must reach the range merge
+    too. Every index test uses it (tests/index/conftest.py), and so do the search tests that exercise the kernels."""
+    from uhdsearch.index.kernels import dispatch
+
+    saved = dispatch.MIN_DOCUMENTS_PER_THREAD
+    dispatch.MIN_DOCUMENTS_PER_THREAD = 1
+    yield
+    dispatch.MIN_DOCUMENTS_PER_THREAD = saved

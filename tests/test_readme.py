@@ -144,7 +144,7 @@ def test_substitutions():
     assert substitute("uhdsearch train --data DIR --out m [--dim 8]") == (
         f"python -m uhdsearch.cli.main train --data DIR --out m --backbone {tiny} --dim 2048 "
         "--document-max-length 64 --max-minutes 0.1")
-    assert substitute(".venv/bin/python benchmarks/x.py --n 3") == "python benchmarks/x.py --n 3"
+    assert substitute(".venv/bin/python -m benchmarks.speed.x --n 3") == "python -m benchmarks.speed.x --n 3"
     assert shell_lines("a \\\n   b\n\n# note\nc") == ["a b", "c"]
 
 

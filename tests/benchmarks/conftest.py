@@ -1,14 +1,7 @@
-"""Benchmark scripts import their helpers (synthetic.py) as top-level modules from benchmarks/, as the tests do."""
+"""Fixtures of the benchmark modules' tests (benchmarks/ is a package: `benchmarks.lib.synthetic`)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
-if BENCHMARKS not in sys.path:
-    sys.path.insert(0, BENCHMARKS)
 
 
 @pytest.fixture(scope="module")

@@ -1,26 +1,20 @@
-"""benchmarks/configs/ablations.toml gives exactly the variants benchmarks/ablations.py defined in code before."""
+"""benchmarks/configs/ablations.toml gives exactly the variants benchmarks/experiments/ablations.py defined in code before."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from benchmarks.lib.settings import relative
 from uhdsearch.training.recipe import Recipe
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ablations.py"
 
 
 @pytest.fixture(scope="module")
 def ablations():
-    spec = importlib.util.spec_from_file_location("ablations", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["ablations"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("ablations", None)
+    from benchmarks.experiments import ablations
+
+    return ablations
 
 
 def test_the_config_file_holds_the_former_in_code_variants(ablations):
@@ -54,7 +48,5 @@ def test_the_config_file_holds_the_former_in_code_variants(ablations):
 
 
 def test_results_name_the_config_from_the_repository_root(ablations):
-    from settings import relative
-
     assert relative(ablations.CONFIG) == "benchmarks/configs/ablations.toml"
     assert relative(Path("/elsewhere/x.toml")) == "/elsewhere/x.toml"

@@ -1,9 +1,9 @@
-"""benchmarks/lookup_queries.py --ceiling: each token's winners chosen only among its table row's dims."""
+"""benchmarks/experiments/lookup_queries.py --ceiling: each token's winners chosen only among its table row's dims."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from lookup_queries import ceiling_batch, choose_among
+from benchmarks.experiments.lookup_queries import ceiling_batch, choose_among
 
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder

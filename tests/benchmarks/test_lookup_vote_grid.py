@@ -1,7 +1,7 @@
-"""benchmarks/lookup_vote.py: the grid's encoders are the library's LookupEncoder with the vote, over one table."""
+"""benchmarks/experiments/lookup_vote.py: the grid's encoders are the library's LookupEncoder with the vote, over one table."""
 import numpy as np
 import pytest
-from lookup_vote import Encoders, label
+from benchmarks.experiments.lookup_vote import Encoders, label
 
 from uhdsearch.encoder.query.table import LookupEncoder
 from uhdsearch.encoder.query.corpus_table import CorpusTable

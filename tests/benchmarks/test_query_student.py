@@ -1,8 +1,8 @@
-"""benchmarks/query_student.py: a shallow student of the backbone, distilled on sentences, pooled as the encoder."""
+"""benchmarks/experiments/query_student.py: a shallow student of the backbone, distilled on sentences, pooled as the encoder."""
 import numpy as np
 import pytest
 import torch
-from query_student import Student, distill, encode_with
+from benchmarks.experiments.query_student import Student, distill, encode_with
 
 
 SENTENCES = [f"{a} {b} changes {c} in older {d}." for a in ("vitamin d", "bone loss", "heart failure", "insulin")

@@ -1,9 +1,9 @@
-"""benchmarks/query_student_gpu.py: pack, train (here on the CPU) and export give a student the library loads."""
+"""benchmarks/experiments/query_student_gpu.py: pack, train (here on the CPU) and export give a student the library loads."""
 import json
 
 import torch
 import numpy as np
-from query_student_gpu import main, padded, packed_teacher
+from benchmarks.experiments.query_student_gpu import main, padded, packed_teacher
 
 from uhdsearch.encoder.query.corpus_table import split_sentences
 from uhdsearch.encoder.query.student import QueryStudent

@@ -1,28 +1,20 @@
-"""The exact oracle of benchmarks/search_speed.py: streamed accumulation equals brute force; tie rule; recall."""
+"""The exact oracle of benchmarks/speed/search_speed.py: streamed accumulation equals brute force; tie rule; recall."""
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from synthetic import DensityProfile, SyntheticPostings
+from benchmarks.lib.speed_common import exact_top, recall_vs_exact
+from benchmarks.lib.synthetic import DensityProfile, SyntheticPostings
 from uhdsearch.topk import top_k
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "search_speed.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("search_speed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["search_speed"] = module  # numba's on-disk cache resolves compiled functions by module name
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["search_speed"]
+    from benchmarks.speed import search_speed
+
+    return search_speed
 
 
 def test_streamed_oracle_equals_brute_force(bench):
@@ -46,21 +38,21 @@ def test_streamed_oracle_equals_brute_force(bench):
     np.testing.assert_allclose(dots, expected_dots, rtol=1e-12)
 
 
-def test_exact_top_follows_the_tie_rule(bench):
+def test_exact_top_follows_the_tie_rule():
     rng = np.random.default_rng(1)
     for _ in range(50):
         scores = rng.integers(0, 6, 200).astype(np.float64)  # many ties, as overlap counts have
-        top, ties = bench._exact_top(scores)
+        top, ties = exact_top(scores)
         expected, _ = top_k(scores, 10)
         np.testing.assert_array_equal(top[: expected.size], expected)
         kth = np.sort(scores[scores > 0])[::-1][9]
         np.testing.assert_array_equal(ties, np.flatnonzero(scores >= kth))
 
 
-def test_recall_counts_tied_documents_as_correct(bench):
+def test_recall_counts_tied_documents_as_correct():
     ties = [np.arange(12)]  # 12 documents share the 10th best score
-    assert bench.recall_vs_exact(np.array([[11, 10, 9, 8, 7, 6, 5, 4, 3, 2]]), ties) == 1.0
-    assert bench.recall_vs_exact(np.array([[0, 1, 2, 3, 4, 50, 51, 52, 53, -1]]), ties) == 0.5
+    assert recall_vs_exact(np.array([[11, 10, 9, 8, 7, 6, 5, 4, 3, 2]]), ties) == 1.0
+    assert recall_vs_exact(np.array([[0, 1, 2, 3, 4, 50, 51, 52, 53, -1]]), ties) == 0.5
 
 
 def test_cached_indexes_of_another_layout_are_generated_again(bench, tmp_path):

@@ -1,24 +1,16 @@
-"""Helpers of benchmarks/seismic_splade.py: Seismic's input format and the tie-aware recall."""
+"""Helpers of benchmarks/speed/seismic_splade.py: Seismic's input format and the tie-aware recall."""
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "seismic_splade.py"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("seismic_splade", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("search_speed", None)  # imported by the script; the other benchmark tests load their own
+    from benchmarks.speed import seismic_splade
+
+    return seismic_splade
 
 
 def test_seismic_documents_are_written_as_length_dims_values(bench, tmp_path):

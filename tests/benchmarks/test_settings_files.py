@@ -2,16 +2,22 @@
 code before, the command line still overrides single settings, and --help shows the file's values."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-import settings
+from benchmarks.lib import settings
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+# Each module's place in the package: speed/ or experiments/.
+MODULES = {"isotropy": "experiments", "end_to_end": "speed", "encoding_speed": "speed", "kernels": "speed",
+           "seismic_splade": "speed", "search_speed": "speed", "baselines": "experiments",
+           "training_probe": "experiments"}
 
 # The former argparse defaults and in-code constants, verbatim (lists where a comma-separated string was parsed).
 FORMER = {
@@ -23,7 +29,7 @@ FORMER = {
                    "work_dir": "out/end_to_end", "data_root": "../shared/data", "lookup_summary": "winners",
                    "lookup_keep": 20, "lookup_specials": False, "table_docs": 1000, "lookup_contexts": "sentences",
                    "lookup_neighbours": True,
-                   # session 18: the context vote timed beside the table (benchmarks/lookup_vote.py's choice)
+                   # session 18: the context vote timed beside the table (benchmarks/experiments/lookup_vote.py's choice)
                    "vote_keep": 640, "vote": 1.0, "vote_winners": 40,
                    # session 19: the distilled query student timed beside
                    "student": "models/query-student-minilm-l6-2layers.safetensors"},
@@ -87,15 +93,7 @@ OVERRIDE = {
 
 @contextmanager
 def loaded(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and numba look their module up there
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
-        sys.modules.pop("search_speed", None)  # imported by some scripts; the other benchmark tests load their own
+    yield importlib.import_module(f"benchmarks.{MODULES[name]}.{name}")
 
 
 @pytest.fixture(scope="module", params=sorted(FORMER))
@@ -112,8 +110,9 @@ def test_the_settings_file_holds_the_former_defaults(script):
     assert {key: type(value) for key, value in values.items()} == {key: type(v) for key, v in FORMER[name].items()}
     assert all(getattr(args, key) == value for key, value in FORMER[name].items())
     recorded = settings.record(path, values)
-    assert recorded == {"config_file": f"benchmarks/configs/{name}.toml", "settings": values,
-                        "machine": recorded["machine"]}
+    assert recorded == {"command": recorded["command"], "config_file": f"benchmarks/configs/{name}.toml",
+                        "settings": values, "uhdsearch_version": recorded["uhdsearch_version"],
+                        "git_commit": recorded["git_commit"], "machine": recorded["machine"]}
     assert recorded["machine"]["cpu_capability"] and recorded["machine"]["wta_path"] in ("native", "emulated")
 
 
@@ -189,3 +188,20 @@ def test_a_merged_baselines_file_keeps_its_first_settings_or_takes_the_reruns():
         assert merged["settings"] == first["settings"] and merged["config"]["rerun"] == [["dense"]]
         merged = module.merge_results(run(["bm25", "dense"]), run(["dense"], **rerun))
     assert merged["settings"] == rerun["settings"]
+
+
+def test_a_result_records_the_command_version_commit_and_cpu(monkeypatch):
+    import torch
+
+    import uhdsearch
+    from benchmarks.lib.timer import cpu_record
+
+    monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / "speed" / "search_speed.py"), "--sizes", "1000", "--seed", "3"])
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", importlib.util.find_spec("benchmarks.speed.search_speed"))
+    recorded = settings.record(None, {"seed": 3})
+    assert recorded["command"] == "python -m benchmarks.speed.search_speed --sizes 1000 --seed 3"
+    assert recorded["config_file"] is None and recorded["uhdsearch_version"] == uhdsearch.__version__
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=BENCHMARKS.parent, capture_output=True, text=True)
+    assert recorded["git_commit"].removesuffix("-dirty") == head.stdout.strip()
+    assert recorded["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert recorded["machine"]["cpu_model"] == cpu_record()["cpu_model"] != ""

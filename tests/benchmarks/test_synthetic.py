@@ -1,4 +1,4 @@
-"""Synthetic UHD-shaped postings (benchmarks/search_speed.py's generator): structure, marginals, determinism."""
+"""Synthetic UHD-shaped postings (benchmarks/speed/search_speed.py's generator): structure, marginals, determinism."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synthetic import DensityProfile, SyntheticPostings
+from benchmarks.lib.synthetic import DensityProfile, SyntheticPostings
 
 
 def zipf_profile(dim: int = 512, mean_length: int = 60, seed: int = 0) -> DensityProfile:

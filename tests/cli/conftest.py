@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_support import TRAIN_OPTIONS, Trained, call
+
+from tests.cli.cli_support import TRAIN_OPTIONS, Trained, call
 
 
 @pytest.fixture(scope="session")

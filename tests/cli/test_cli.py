@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli.cli_support import Trained, assert_user_error, run_cli, search_args
 from uhdsearch.evaluation.datasets import load_corpus, load_queries
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.evaluation.qrels import load_qrels
 from uhdsearch.types import load_run
-from cli_support import Trained, assert_user_error, run_cli, search_args
 
 
 # ---------------------------------------------------------------------------------------------- happy path

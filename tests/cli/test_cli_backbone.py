@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 import torch
-from cli_support import TRAIN_OPTIONS, call
 
+from tests.cli.cli_support import TRAIN_OPTIONS, call
 from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.model import UHDEncoder
 

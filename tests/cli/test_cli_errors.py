@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli.cli_support import TRAIN_OPTIONS, Trained, assert_usage_error, assert_user_error, run_cli, search_args
 from uhdsearch.cli.main import main
-from cli_support import TRAIN_OPTIONS, Trained, assert_usage_error, assert_user_error, run_cli, search_args
 
 
 # ---------------------------------------------------------------------------------------------- search options

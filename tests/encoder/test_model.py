@@ -6,7 +6,7 @@ import scipy.sparse as sp
 import torch
 
 from uhdsearch.encoder.config import EncoderConfig
-from uhdsearch.encoder.model import UHDEncoder, _rows_to_csr
+from uhdsearch.encoder.model import UHDEncoder, rows_to_csr
 from uhdsearch.errors import ModelFormatError
 from uhdsearch.sparse import SparseEncoding
 
@@ -43,7 +43,7 @@ def test_dense_rows_become_the_same_csr_as_scipy_makes():
     rows = torch.zeros(4, 50)
     rows[0, [3, 7, 49]] = torch.tensor([0.5, 0.25, 1.0])
     rows[2, 0] = 2.0  # rows 1 and 3 stay empty
-    got, want = _rows_to_csr(rows), sp.csr_matrix(rows.numpy())
+    got, want = rows_to_csr(rows), sp.csr_matrix(rows.numpy())
     assert got.shape == want.shape and got.has_sorted_indices
     assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
     assert np.array_equal(got.data, want.data)

@@ -36,7 +36,7 @@ def path(monkeypatch):
 
 def _winners(layer: WTALayer, tokens: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     with torch.inference_mode():
-        weight, bias = layer._cast_weight(torch.bfloat16)
+        weight, bias = layer.cast_weight(torch.bfloat16)
         z = wta_product(tokens, weight, bias, torch.bfloat16)
         _, dims = top_winners(z, k)
     return z, dims, torch.sort(dims, 1).values

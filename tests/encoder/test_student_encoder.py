@@ -166,7 +166,7 @@ def test_a_damaged_or_foreign_student_file_is_refused_naming_it(model, tmp_path,
 
 
 def test_the_shipped_student_predicts_minilm_last_layer_states(scifact_mini_dir):
-    """The committed student (benchmarks/query_student_gpu.py, a GPU run) is far closer to MiniLM's last layer
+    """The committed student (benchmarks/experiments/query_student_gpu.py, a GPU run) is far closer to MiniLM's last layer
     than the same 2 layers untrained; and it was distilled from the default backbone."""
     from pathlib import Path
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uhdsearch.encoder.model import UHDEncoder, _rows_to_csr
+from uhdsearch.encoder.model import UHDEncoder, rows_to_csr
 from uhdsearch.encoder.pooling import l2_normalize, max_pool_winners
 from uhdsearch.encoder.precision import wta_product
 from uhdsearch.encoder.winners import PARALLEL_ROWS, pooled_csr, top_winners
@@ -83,7 +83,7 @@ def test_pooled_csr_equals_the_dense_pool(n_texts, n_tokens, k, seed):
         else torch.zeros(0, k, dtype=torch.long)
     token_text = torch.randint(0, n_texts, (n_tokens,), generator=g)
     got = pooled_csr(values, dims, token_text, n_texts, dim)
-    want = _rows_to_csr(l2_normalize(max_pool_winners(values, dims, token_text, n_texts, dim)))
+    want = rows_to_csr(l2_normalize(max_pool_winners(values, dims, token_text, n_texts, dim)))
     assert got.has_sorted_indices
     assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
     np.testing.assert_allclose(got.data, want.data, rtol=1e-6)
@@ -104,14 +104,14 @@ def test_documents_keep_their_active_dims_except_at_a_tie(tiny_backbone_dir, tin
         encoded = model.pool_tokens([s[keep] for s in states], token_text, len(texts), sparse=True)
         for b, layer in enumerate(model.layers):
             wta = model.buckets.wta[str(layer)]
-            weight, bias = wta._cast_weight(torch.bfloat16)
+            weight, bias = wta.cast_weight(torch.bfloat16)
             z = wta_product(states[b][keep], weight, bias, torch.bfloat16)  # this process's path
             ref_values, ref_dims = torch.topk(z, k + 1, dim=1)
             tied = ref_values[:, k - 1] == ref_values[:, k]
             _, dims = top_winners(z, k)
             same = (torch.sort(dims, 1).values == torch.sort(ref_dims[:, :k], 1).values).all(1)
             assert (~tied).sum() > 100 and same[~tied].all()
-            old = _rows_to_csr(l2_normalize(max_pool_winners(ref_values[:, :k].float(), ref_dims[:, :k], token_text,
+            old = rows_to_csr(l2_normalize(max_pool_winners(ref_values[:, :k].float(), ref_dims[:, :k], token_text,
                                                              len(texts), wta.dim)))
             new = encoded[b]
             kth = ref_values[:, k - 1:k]

@@ -3,14 +3,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
-if BENCHMARKS not in sys.path:
-    sys.path.insert(0, BENCHMARKS)  # crash_harness.py, shared with the benchmark run
 
 
 @pytest.fixture(scope="session")

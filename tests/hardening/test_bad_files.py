@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from hardening_helpers import call, digest, error_line
+from tests.hardening.hardening_helpers import call, digest, error_line
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.errors import DataFormatError, ModelFormatError, UsageError
 from uhdsearch.evaluation.datasets import load_beir, load_corpus, load_queries

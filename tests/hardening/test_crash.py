@@ -1,7 +1,7 @@
 """Class 1 of issue 17: a writer SIGKILLed at a step of its directory swap or at a random moment leaves the target
 opening to the previous or the new version, searching exactly like it; the next write removes the temporaries.
 
-The full run (>= 25 kills per writer) is benchmarks/crash_harness.py; here a handful of kills per mode."""
+The full run (>= 25 kills per writer) is tests/hardening/crash_harness.py; here a handful of kills per mode."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-import crash_harness
+from tests.hardening import crash_harness
 from uhdsearch.io import atomic_directory, recover_directory, remove_leftovers
 
 # Steps of the index write (crash_harness.install_kill_at): with the exchange, 4 is just after it; with the fallback
@@ -41,7 +41,7 @@ def test_model_writer_killed_at_its_swap(tmp_path):
     assert result == {**result, "kills": 1, "outcomes": {"step:old": 1}}
 
 
-# Steps of the quickstart output write (benchmarks/crash_harness.py, `child`): 1-18 build model/, index-binary/,
+# Steps of the quickstart output write (tests/hardening/crash_harness.py, `child`): 1-18 build model/, index-binary/,
 # index-weighted/, runs/ and the JSON files inside the staging directory; with the exchange, 19 is just before the
 # one swap and 20 just after it; with the fallback swap, 20 and 21 have the old directory aside and `out` missing,
 # 22 is just after the new one moved in.
@@ -81,7 +81,7 @@ def test_the_harness_catches_an_output_directory_mixing_two_runs(tmp_path):
 
 
 def test_a_failed_quickstart_write_leaves_the_output_as_it_was(tmp_path):
-    from hardening_helpers import digest
+    from tests.hardening.hardening_helpers import digest
     from uhdsearch.quickstart import check_out_dir
 
     root = tmp_path / "w"

@@ -3,18 +3,12 @@ from __future__ import annotations
 
 import math
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 import typer
 
-from hardening_helpers import call, error_line
-
-BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
-if BENCHMARKS not in sys.path:
-    sys.path.insert(0, BENCHMARKS)
-from fuzz_mutations import reseal  # noqa: E402
+from tests.hardening.fuzz_mutations import reseal
+from tests.hardening.hardening_helpers import call, error_line
 
 
 @pytest.mark.parametrize("command", ["train", "index"])

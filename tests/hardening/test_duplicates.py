@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from hardening_helpers import call, error_line
+from tests.hardening.hardening_helpers import call, error_line
 from uhdsearch.errors import DataFormatError, UsageError
 from uhdsearch.evaluation.datasets import load_queries
 from uhdsearch.index.inverted import InvertedIndex

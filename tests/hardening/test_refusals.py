@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from hardening_helpers import call, digest, error_line
+from tests.child_process import python_path
+from tests.hardening.hardening_helpers import call, digest, error_line
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.errors import DataFormatError, IndexFormatError, IndexLockedError, ModelFormatError, UsageError
@@ -177,7 +178,7 @@ def test_killed_segmented_create_is_recreatable(tmp_path):
         "from uhdsearch.index.live.segments import SegmentedIndex\n"
         f"SegmentedIndex.create({str(path)!r}, 'binary', dim=64, n_buckets=1)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": python_path()})
     assert proc.returncode == -signal.SIGKILL
     assert any(p.name.startswith(".commit_1.json.tmp-") for p in path.iterdir())  # the kill's leftover
     with pytest.raises(IndexFormatError, match="create was interrupted before the first commit; call "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hardening_helpers import call, error_line
+from tests.hardening.hardening_helpers import call, error_line
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex
 from uhdsearch.index.live.segments import SegmentedIndex
 from uhdsearch.io import atomic_write_text

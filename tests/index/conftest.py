@@ -2,12 +2,7 @@
 import pytest
 
 
-@pytest.fixture(autouse=True, scope="module")  # module, not session: undone before other directories
-def split_tiny_indexes_between_threads():
-    """Below MIN_DOCUMENTS_PER_THREAD a query stays on one thread; the tests must reach the range merge too."""
-    from uhdsearch.index.kernels import dispatch
-
-    saved = dispatch.MIN_DOCUMENTS_PER_THREAD
-    dispatch.MIN_DOCUMENTS_PER_THREAD = 1
+@pytest.fixture(autouse=True, scope="module")
+def index_tests_split_between_threads(split_tiny_indexes_between_threads):
+    """tests/conftest.py's split_tiny_indexes_between_threads, for every test module of this folder."""
     yield
-    dispatch.MIN_DOCUMENTS_PER_THREAD = saved

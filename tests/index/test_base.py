@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from index_oracle import assert_same_ranking, expected_top_k, random_encoding
+from tests.index.index_oracle import assert_same_ranking, expected_top_k, random_encoding
 from uhdsearch.errors import DimensionMismatchError
 from uhdsearch.index.base import SearchableIndex, hits_per_query
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex

@@ -6,8 +6,8 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from index_oracle import assert_same_ranking, expected_top_k, random_encoding
 
+from tests.index.index_oracle import assert_same_ranking, expected_top_k, random_encoding
 from uhdsearch.errors import IndexFormatError
 from uhdsearch.index.kernels import ranges
 from uhdsearch.index.codec import BLOCK, compress, decompress

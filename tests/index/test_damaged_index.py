@@ -12,14 +12,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from tests.child_process import python_path
+from tests.hardening.fuzz_mutations import reseal
 from uhdsearch.errors import IndexFormatError
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex
 from uhdsearch.sparse import SparseEncoding
 
-BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
-if BENCHMARKS not in sys.path:
-    sys.path.insert(0, BENCHMARKS)
-from fuzz_mutations import reseal  # noqa: E402
 
 N_DOCS = 1000  # not a multiple of 64: the last bitmap word has 24 padding bits
 
@@ -73,7 +71,7 @@ import sys, numpy as np
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.index.codec import CompressedPostings
 from uhdsearch.errors import IndexFormatError
-from test_damaged_index import _encoding, N_DOCS
+from tests.index.test_damaged_index import _encoding, N_DOCS
 clean = BinaryIndex.from_encoding(_encoding(), [f"d{i}" for i in range(N_DOCS)], None)
 c = clean.buckets[0]
 bitmaps = c.bitmaps.copy().reshape(-1, (N_DOCS + 63) // 64)
@@ -98,7 +96,7 @@ def test_kernels_bound_padding_bits_that_bypass_load(tmp_path):
     In a subprocess, so that a regression is a failed test and not a dead test run."""
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(KERNELS_ON_PADDED_BITMAPS)], capture_output=True,
                           text=True, timeout=300, cwd=Path(__file__).parent,
-                          env={"PYTHONPATH": ":".join(sys.path), "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": python_path(), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     assert "refused: bucket 0: its postings disagree with their counts" in proc.stdout
 

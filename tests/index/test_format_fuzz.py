@@ -1,17 +1,14 @@
-"""A seeded slice of benchmarks/fuzz_formats.py: damaged artifacts of every on-disk format, checksums re-computed,
+"""A seeded slice of tests/hardening/fuzz_formats.py: damaged artifacts of every on-disk format, checksums re-computed,
 end in a uhdsearch error or in results naming real documents; never a signal. The long run is the benchmark."""
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
-if BENCHMARKS not in sys.path:
-    sys.path.insert(0, BENCHMARKS)
-import fuzz_formats  # noqa: E402
+from tests.hardening import fuzz_formats
+
 
 CASES_PER_FORMAT = 45
 

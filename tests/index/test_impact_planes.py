@@ -4,8 +4,8 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from index_oracle import random_encoding
 
+from tests.index.index_oracle import random_encoding
 from uhdsearch.index.inverted import BinaryIndex
 
 from uhdsearch.errors import DimensionMismatchError, UsageError

@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_pages import linux_only, resident_mapped_bytes, skip_unless_pages_can_be_populated
+from tests.index.memory_pages import linux_only, resident_mapped_bytes, skip_unless_pages_can_be_populated
 from uhdsearch.errors import DataFormatError, IndexFormatError
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
 from uhdsearch.index.live.segments import SegmentedIndex

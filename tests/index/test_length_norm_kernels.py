@@ -4,8 +4,8 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from index_oracle import assert_same_ranking, expected_top_k, random_encoding
 
+from tests.index.index_oracle import assert_same_ranking, expected_top_k, random_encoding
 from uhdsearch.errors import UsageError
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.index.live.segments import SegmentedIndex

@@ -4,8 +4,8 @@ bitmaps against brute force."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from index_oracle import assert_same_ranking, expected_top_k
 
+from tests.index.index_oracle import assert_same_ranking, expected_top_k
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.index.kernels.lists import ROW_LIST_MIN, ROW_LIST_SHARE, counted_as_row
 from uhdsearch.index.kernels.ranges import _list_row_slots

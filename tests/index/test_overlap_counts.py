@@ -4,8 +4,8 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from index_oracle import random_encoding
 
+from tests.index.index_oracle import random_encoding
 from uhdsearch.errors import DimensionMismatchError, UsageError
 from uhdsearch.index.forward import ForwardStore
 from uhdsearch.index.inverted import BinaryIndex

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from index_oracle import assert_same_ranking, expected_top_k, random_encoding
 
+from tests.index.index_oracle import assert_same_ranking, expected_top_k, random_encoding
 from uhdsearch.errors import DimensionMismatchError
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 

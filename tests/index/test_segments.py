@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from segments_checks import (DIM, N_BUCKETS, WEIGHTS, assert_equals_fresh_build, live_ids, random_add, random_delete,
+from tests.index.segments_checks import (DIM, N_BUCKETS, WEIGHTS, assert_equals_fresh_build, live_ids, random_add, random_delete,
                              random_encoding, ranking)
 from uhdsearch.errors import DataFormatError, DimensionMismatchError, IndexFormatError
 from uhdsearch.errors import IndexLockedError

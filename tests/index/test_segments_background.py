@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from segments_checks import assert_equals_fresh_build, live_ids, random_add, random_delete, random_encoding
+from tests.index.segments_checks import assert_equals_fresh_build, live_ids, random_add, random_delete, random_encoding
 from uhdsearch.errors import IndexLockedError
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.index.live.segments import SegmentedIndex

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from segments_checks import assert_same_ranking, ranking
-from segments_crash_writer import DIM, document_vectors, end_cut_line, logged_states, serve
+from tests.index.segments_checks import assert_same_ranking, ranking
+from tests.index.segments_crash_writer import DIM, document_vectors, end_cut_line, logged_states, serve
 from uhdsearch.index.live import commit as cp
 from uhdsearch.index.live.lock import LOCK_FILE
 from uhdsearch.index.inverted import WeightedIndex

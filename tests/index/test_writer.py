@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
-from index_oracle import expected_top_k, random_encoding
 
+from tests.index.index_oracle import expected_top_k, random_encoding
 from uhdsearch.index.inverted import InvertedIndex
 from uhdsearch.index.writer import IndexWriter
 

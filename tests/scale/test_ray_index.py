@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("ray")
 
+from tests.child_process import python_path  # noqa: E402
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex  # noqa: E402
 from uhdsearch.index.live.segments import SegmentedIndex  # noqa: E402
 from uhdsearch.scale.ray_index import build_on_ray  # noqa: E402
@@ -99,7 +100,7 @@ def test_a_killed_driver_leaves_the_previous_index(ray_cluster, tiny_model_dir, 
     address = ray_cluster.get_runtime_context().gcs_address
     code = (f"from uhdsearch.cli.main import main; main(['index', '--model', '{tiny_model_dir}', '--data', "
             f"'{scifact_mini_dir}', '--out', '{out}', '--overwrite', '--ray', '{address}', '--batch-size', '4'])")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, "PYTHONPATH": python_path()}
     driver = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not any(p.name.startswith(".index.tmp-") for p in tmp_path.iterdir()):

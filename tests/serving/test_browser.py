@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.serving.server_process import free_port, start_server, wait_ready  # noqa: E402
+
 pytest.importorskip("selenium")
 httpx = pytest.importorskip("httpx")
-from server_process import free_port, start_server, wait_ready  # noqa: E402
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
                  if p and Path(p).is_file()), None)

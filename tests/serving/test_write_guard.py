@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 from fastapi.testclient import TestClient  # noqa: E402
-from server_process import free_port, start_server, stop, wait_ready  # noqa: E402
 
+from tests.serving.server_process import free_port, start_server, stop, wait_ready  # noqa: E402
 from uhdsearch.serving.app import create_app  # noqa: E402
 from uhdsearch.serving.keys import API_KEY_ENV, KEY_FILE, ApiKey, resolve_api_key  # noqa: E402
 from uhdsearch.serving.service import SearchService  # noqa: E402

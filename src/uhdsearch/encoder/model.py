@@ -122,7 +122,10 @@ class UHDEncoder(nn.Module):
         # An ONNX Runtime session cannot be copied: a deep copy runs on PyTorch until enabled again.
         return {**super().__getstate__(), "_onnx": None}
 
-    def _backbone_runner(self) -> Callable[..., list[torch.Tensor]]:
+    def backbone_runner(self) -> Callable[..., list[torch.Tensor]]:
+        """What computes the backbone's states now: the ONNX Runtime session where `use_onnx_runtime` enabled it
+        and no gradient is wanted (exported again after the weights changed), else the PyTorch backbone. Called as
+        `runner(input_ids, attention_mask, layers)` -> one (n_texts, length, hidden) tensor per layer."""
         if self._onnx is None or torch.is_grad_enabled():
             return self.backbone
         runner, backbone, parameters, versions = self._onnx
@@ -133,11 +136,13 @@ class UHDEncoder(nn.Module):
             runner = self._onnx[0]
         return runner
 
+    _backbone_runner = backbone_runner  # the former private name, still asked for by serving/explain.py
+
     def _encode_batch(self, input_ids, attention_mask, wta_k: int | None, sparse: bool = False,
                       runner: Callable[..., list[torch.Tensor]] | None = None) -> list:
         device = self.device  # no copy when already there (the CPU)
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        states = (runner or self._backbone_runner())(input_ids, attention_mask, self.layers)
+        states = (runner or self.backbone_runner())(input_ids, attention_mask, self.layers)
         n_texts, length = attention_mask.shape
         if n_texts == 1 or bool(attention_mask.all()):  # no padding (one query): views, no boolean-mask copies
             token_text = torch.arange(n_texts).repeat_interleave(length)
@@ -390,7 +395,7 @@ class UHDEncoder(nn.Module):
         return encoder
 
 
-def _rows_to_csr(vectors: torch.Tensor) -> sp.csr_matrix:
+def rows_to_csr(vectors: torch.Tensor) -> sp.csr_matrix:
     """(n, dim) dense rows as host CSR with sorted indices; about 2x faster than scipy's scan of a dense array.
 
     On a GPU the nonzeros are found there and only they cross to the host (a dense batch is n x 81,920 floats).

@@ -2,7 +2,7 @@
 
 On a 2-core CPU, eager PyTorch spends most of a short query's backbone pass in per-operator overhead and
 unfused small matrix products; ONNX Runtime fuses attention, GELU and LayerNorm and runs the same float32
-graph about 2x faster (benchmarks/encoding_speed.py). The graph is exported in memory from the loaded
+graph about 2x faster (benchmarks/speed/encoding_speed.py). The graph is exported in memory from the loaded
 weights, so nothing is written to disk and it can never disagree with the model it came from.
 """
 from __future__ import annotations

@@ -93,11 +93,11 @@ class WTALayer(nn.Module):
         """
         if not 0 < wta_k <= self.dim:
             raise UsageError(f"wta_k={wta_k} must satisfy 0 < wta_k <= dim ({self.dim})")
-        return _WinnersOnly.apply(tokens, self.weight, self.bias, self.mask, wta_k, dtype, self._cast_weight(dtype))
+        return _WinnersOnly.apply(tokens, self.weight, self.bias, self.mask, wta_k, dtype, self.cast_weight(dtype))
 
-    def _cast_weight(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def cast_weight(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The weight and bias as the product takes them (precision.cast_for_product), cached while they cannot
-        change (no autograd).
+        change (no autograd); None where the product takes them as they are (same dtype, or training them).
 
         Casting an 81,920 x 384 matrix costs ~90 ms, ten times the projection of a 32-token query.
         """

@@ -27,7 +27,8 @@ def check_bucket(arrays: dict[str, np.ndarray], dim: int, n_documents: int, bad:
 
     padding: also check that no bitmap sets a bit past the last document. It reads one word per bitmap row: a page
     fault each when memory-mapped (~0.13 s of CPU for 31k rows at 1M documents on a busy machine, twice the rest
-    of the load, benchmarks/index_load.py), so a memory-mapped load leaves it to the kernels, which mask those bits.
+    of the load, benchmarks/speed/index_load.py), so a memory-mapped load leaves it to the kernels, which mask those
+    bits.
     """
     words = n_words(n_documents)
     for name, array in arrays.items():

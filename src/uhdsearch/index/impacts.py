@@ -9,7 +9,7 @@ q_level(d) x doc_level(d) over the shared dims, exactly. The weights must stay b
 allows (b, c) = (1, 4), (2, 3), (3, 2), (4, 1); b = 1 is binary documents with 4-bit queries.
 
 How close the quantized ranking comes to float weighted search, and what it costs against binary search, is in
-benchmarks/impact_planes.py.
+benchmarks/experiments/impact_planes.py.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, encode_corpus
 from uhdsearch.sparse import SparseEncoding
 
 PAIRS = ((1, 4), (2, 3), (3, 2), (4, 1))  # (document bits, query bits) whose products fit the 4-bit weights
-DOC_BITS, QUERY_BITS = 2, 3  # chosen on SciFact train (benchmarks/impact_planes.py)
+DOC_BITS, QUERY_BITS = 2, 3  # chosen on SciFact train (benchmarks/experiments/impact_planes.py)
 META_KEY = "impact_planes"
 
 
@@ -127,7 +127,7 @@ class ImpactPlanes(IndexCapabilities):
 
     variant = "weighted"
     # Searcher's max_df="auto" keeps every dim here: on SciFact train the planes reach 0.8021 nDCG@10 with every
-    # dim and 0.7939 without those above 0.3 (benchmarks/impact_planes.py)
+    # dim and 0.7939 without those above 0.3 (benchmarks/experiments/impact_planes.py)
     stop_dimensions_by_default = False
     length_norm_supported = False  # its binary dims are value planes, not the documents' active dims
     scores_own_contributions = True  # it quantizes the query as a whole: contributions() says what each dim adds

@@ -110,7 +110,7 @@ class InvertedIndex(IndexCapabilities):
         """Fault a memory-mapped index's pages into the process now rather than during the first searches.
 
         The first queries on a freshly opened 1M-document index otherwise spend most of their time mapping pages
-        (benchmarks/search_speed.py: p95 140 ms against a 14 ms p50). Reads the whole index once (from the page
+        (benchmarks/speed/search_speed.py: p95 140 ms against a 14 ms p50). Reads the whole index once (from the page
         cache, or from disk if it is not cached); a no-op for an index held in memory.
 
         Also counts the documents' lengths (`document_lengths`), which length-normalized search needs first.
@@ -202,7 +202,7 @@ class InvertedIndex(IndexCapabilities):
         for matrix in encoding.buckets:
             csc = matrix.tocsc()
             csc.sum_duplicates()  # also sorts doc numbers within each dim; the codec relies on it
-            buckets.append(_read_only(compress(
+            buckets.append(read_only(compress(
                 csc.indptr.astype(np.int64), csc.indices.astype(np.int32),
                 csc.data.astype(np.float32) if cls.variant == "weighted" else None, encoding.n, bitmap_bias)))
         meta = {"format": fmt.FORMAT, "variant": cls.variant, "dim": encoding.dim, "n_buckets": encoding.n_buckets,
@@ -391,11 +391,15 @@ def _load_bucket(directory: Path, bucket: int, variant: str, meta: dict, mmap: b
 
     check_bucket(arrays, meta["dim"], meta["n_documents"], bad, padding=not mmap)
     weights = arrays.get("weights")
-    return _read_only(CompressedPostings(weights=weights, **{n: arrays[n] for n in fmt.BUCKET_ARRAYS}))
+    return read_only(CompressedPostings(weights=weights, **{n: arrays[n] for n in fmt.BUCKET_ARRAYS}))
 
 
-def _read_only(postings: CompressedPostings) -> CompressedPostings:
-    # One array type for in-memory and memory-mapped indexes, so the kernels compile once.
+def read_only(postings: CompressedPostings) -> CompressedPostings:
+    """`postings` with every array a read-only numpy array, as `load` and `from_encoding` hand them to an index.
+
+    One array type for in-memory and memory-mapped indexes, so the kernels compile once; benchmarks that build a
+    bucket with `codec.compress` pass it through here too.
+    """
     for name in CompressedPostings.ARRAYS + ("weights",):
         array = getattr(postings, name)
         if array is not None:

@@ -9,7 +9,7 @@ first use, index/forward.py; else a bit test or a block seek per candidate and d
 pass finds fewer than k documents are searched exactly.
 
 How the defaults were chosen, and what the cascade costs in quality and saves in time, is in
-benchmarks/cascade.py (train queries; the README's "Stop dimensions and the cascade").
+benchmarks/experiments/cascade.py (train queries; the README's "Stop dimensions and the cascade").
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from uhdsearch.topk import tie_order
 FIRST_MAX_DF = 0.1
 DEPTH = 100
 # "auto" with length-normalized scores: 0.1:100 lost 0.0016 on SciFact train alone; 0.1:300 and 0.2:100 keep exact's
-# train score, and 0.1:300 is the faster since lists count into the planes (session 15, benchmarks/cascade.py)
+# train score, and 0.1:300 is the faster since lists count into the planes (session 15,
+# benchmarks/experiments/cascade.py)
 NORMALIZED = (0.1, 300)
 MIN_DOCUMENTS = 100_000  # "auto" turns the cascade on from here; below it a search reads little anyway
 # query rows an index answers by probing before it builds its doc-major rows: at 1M documents they save ~1 ms a

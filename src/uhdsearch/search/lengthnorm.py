@@ -12,6 +12,6 @@ similar documents and worse when very short documents are mixed in: they lift ev
 """
 from __future__ import annotations
 
-LENGTH_NORM = 0.3  # alpha chosen on SciFact train (benchmarks/length_norm.py)
+LENGTH_NORM = 0.3  # alpha chosen on SciFact train (benchmarks/experiments/length_norm.py)
 
 

@@ -265,7 +265,7 @@ def auto_length_norm(kernel_scoring: str, supported: bool = True, bucket_predict
 
 def auto_cascade(n_documents: int, can_cascade: bool, length_norm: float = 0.0) -> Cascade | None:
     """cascade="auto": on indexes of cascade.MIN_DOCUMENTS or more that can take it, Cascade() for plain counts
-    and Cascade(*NORMALIZED) for length-normalized ones (benchmarks/cascade.py); else None (exact)."""
+    and Cascade(*NORMALIZED) for length-normalized ones (benchmarks/experiments/cascade.py); else None (exact)."""
     if not can_cascade or n_documents < cascades.MIN_DOCUMENTS:
         return None
     return Cascade(*cascades.NORMALIZED) if length_norm else Cascade()

@@ -6,10 +6,10 @@ each kept dim an IDF weight: quantized to integer levels 1..15 for binary scorin
 exact, the weights' bit-planes added into one bit-sliced counter that reads a binary query's bytes once; see
 index/kernels/levels.py), or multiplied into the query values for weighted scoring.
 
-The default (`max_df="auto"`) is 0.3, chosen on SciFact's train queries (benchmarks/stop_dims.py), on indexes of
-at least 1,000 documents: a threshold that is a share of the documents is degenerate on tiny indexes (on 3
+The default (`max_df="auto"`) is 0.3, chosen on SciFact's train queries (benchmarks/experiments/stop_dims.py), on
+indexes of at least 1,000 documents: a threshold that is a share of the documents is degenerate on tiny indexes (on 3
 documents every dim is active in at least a third of them), and on SciFact train sub-corpora 0.3 never lost from
-1,000 documents on (benchmarks/stop_dims_floor.py).
+1,000 documents on (benchmarks/experiments/stop_dims_floor.py).
 """
 from __future__ import annotations
 

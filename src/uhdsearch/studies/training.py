@@ -60,7 +60,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     "transfer: SciFact-trained head, its biases kept, then the quickstart recipe": {
         "init_head": "out/quickstart/model", "center": False},
 }
-# Query token limits chosen on each collection's dev split (benchmarks/query_length.py); others: the preset's.
+# Query token limits chosen on each collection's dev split (benchmarks/experiments/query_length.py); others: the
+# preset's.
 QUERY_LENGTHS = {"scifact": 32, "cisi": 64, "medline": 128}
 
 DEFAULTS: dict[str, Any] = {
@@ -176,7 +177,7 @@ def _recipe(overrides: dict[str, Any], collection: str, options: dict[str, Any])
                                      training=dataclasses.replace(recipe.training, seed=seed))
     if recipe.training.train_backbone_layers != 0:  # every row shares one backbone and its cached states
         raise UsageError("recipes: the training study trains heads on a frozen backbone; train_backbone_layers "
-                         "must be 0 (benchmarks/backbone_training.py measures backbone training)")
+                         "must be 0 (benchmarks/experiments/backbone_training.py measures backbone training)")
     return recipe
 
 

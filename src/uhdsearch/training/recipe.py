@@ -65,8 +65,8 @@ class Recipe:
     # README "The default recipe": one bucket on the last layer; SciFact claims are long, so no query truncation
     # (the paper's query_k=100, Table 4, costs ~0.12 nDCG@10); documents to 256 tokens instead of A.1's 180.
     encoder: EncoderConfig = EncoderConfig(dim=32_768, wta_k=40, query_k=None, document_max_length=256)
-    # Chosen on SciFact dev (benchmarks/training_probe.py, README "What training earns"): InfoNCE through the
-    # binarized buckets (straight-through), lr 1e-3, 3 epochs capped at 450 steps; dev nDCG@10 at step 0 and every
+    # Chosen on SciFact dev (benchmarks/experiments/training_probe.py, README "What training earns"): InfoNCE through
+    # the binarized buckets (straight-through), lr 1e-3, 3 epochs capped at 450 steps; dev nDCG@10 at step 0 and every
     # 50 steps with the best weights kept (the untrained head competes). The minute cap only guards slow machines.
     training: TrainingArgs = TrainingArgs(loss="infonce", binary_aware=True, learning_rate=1e-3, epochs=3.0,
                                           max_steps=450, eval_every=50, max_minutes=20.0)

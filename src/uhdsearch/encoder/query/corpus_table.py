@@ -116,7 +116,7 @@ class CorpusTable:
                        neighbours: bool = False) -> CorpusTable:
         """Split `texts` into sentences (of at least MIN_SENTENCE_WORDS words), encode each *as a query* and learn
         the table from their tokens: query-like contexts, which on SciFact train beat whole documents' (0.7100
-        against 0.6869 binary nDCG@10, benchmarks/lookup_queries.py --sentence-tables).
+        against 0.6869 binary nDCG@10, benchmarks/experiments/lookup_queries.py --sentence-tables).
 
         Example:
             >>> split_sentences(["Bone loss rises with age. It is slow! Too short. Density falls in older women?"])

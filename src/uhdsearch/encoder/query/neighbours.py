@@ -4,7 +4,7 @@ token* (its left neighbour, and separately its right one) in the corpus's senten
 A unigram row (corpus_table.CorpusTable) averages a token over every context; the full encoder gives it the
 context of its query. One neighbour recovers part of that: on SciFact train, rows of (token, left) and (token,
 right) pairs, summed, with the unigram row where the corpus never saw either pair, took the sentence table from
-0.7072 to 0.7457 binary nDCG@10 (full encoder 0.8969; benchmarks/lookup_queries.py --sentence-tables).
+0.7072 to 0.7457 binary nDCG@10 (full encoder 0.8969; benchmarks/experiments/lookup_queries.py --sentence-tables).
 
 Pairs are keyed `token * (vocab + 1) + neighbour + 1` in sorted int64 arrays, each with its row of a CSR matrix.
 """

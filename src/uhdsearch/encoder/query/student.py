@@ -3,8 +3,8 @@ last-layer token states, so that the model's own WTA head encodes queries at a f
 
 The student predicts backbone states, not winners: one student serves every model built on the same backbone with
 its buckets on the last layer (the WTA head, its centring and pooling stay the model's). Documents keep the full
-encoder. Training: benchmarks/query_student_gpu.py (label-free: mean squared error against the backbone's states of
-corpus sentences encoded as queries).
+encoder. Training: benchmarks/experiments/query_student_gpu.py (label-free: mean squared error against the
+backbone's states of corpus sentences encoded as queries).
 """
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def build_table(model, batch_size: int = 1024, token_ids=None) -> list[sp.csr_ma
         for start in range(0, len(wanted), batch_size):
             ids = torch.from_numpy(wanted[start:start + batch_size])
             input_ids = torch.stack([torch.full_like(ids, cls), ids, torch.full_like(ids, sep)], dim=1)
-            states = model._backbone_runner()(input_ids, torch.ones_like(input_ids), model.layers)
+            states = model.backbone_runner()(input_ids, torch.ones_like(input_ids), model.layers)
             tokens = [s[:, 1] for s in states]  # the token's own state; each token is its own "text"
             vectors = model.pool_tokens(tokens, torch.arange(len(ids)), len(ids))
             for b, v in enumerate(vectors):

@@ -1,9 +1,9 @@
 """A query's other tokens vote on each token's winners: a context choice for inference-free queries, no network.
 
 A table row fixes one set of dims per token (or neighbour pair) for every query. The full encoder instead lets the
-rest of the query choose each token's winners, and benchmarks/lookup_queries.py --ceiling measured that most of what
-a table loses is that choice. Here each token's row is its candidate set (its `keep` largest dims); every row is
-scaled to a largest value of 1, and a candidate dim d of token t scores
+rest of the query choose each token's winners, and benchmarks/experiments/lookup_queries.py --ceiling measured that
+most of what a table loses is that choice. Here each token's row is its candidate set (its `keep` largest dims);
+every row is scaled to a largest value of 1, and a candidate dim d of token t scores
 
     row_t[d] + vote * sum over the text's other tokens u of row_u[d]
 

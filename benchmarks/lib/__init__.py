@@ -1,0 +1,1 @@
+"""What the benchmarks share: settings, the timer, the encoded cache, synthetic data and the peers."""

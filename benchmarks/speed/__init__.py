@@ -1,0 +1,1 @@
+"""Timings: `python -m benchmarks.speed.<name> --config benchmarks/configs/<name>.toml`."""
