@@ -40,7 +40,7 @@ def cascade(results: Results) -> Table:
              ratio(r["x_exact"]), f4(r["train_nDCG@10"]), f4(r["train_alone_nDCG@10"])] for r in run["rows"]]
     return Table(["cascade (first-pass max_df : depth)", "p50 ms", "p95 ms", "x bm25s", "x exact",
                   "train nDCG@10, +100k distractors", "train nDCG@10, alone"], rows, ["cascade_ln0.3.json"],
-                 "python -m benchmarks.speed.cascade speed --length-norm 0.3", cpu(run),
+                 "python -m benchmarks.experiments.cascade speed --length-norm 0.3", cpu(run),
                  [f"{run['n_documents']:,} documents, {run['n_queries']} queries, {run['threads']} thread, "
                   f"k={run['k']}; bm25s {ms(run['bm25s_p50_ms'])} ms in the same run. Chosen for length-normalized "
                   f"counts: {chosen} (the fastest cell that keeps exact search's SciFact train score)."])

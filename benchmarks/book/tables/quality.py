@@ -36,7 +36,7 @@ def headline(results: Results) -> Table:
     del extra
     return Table(["system", "SciFact test nDCG@10", "1M documents, search p50 (x bm25s), 1 thread"], rows,
                  ["quickstart_scifact.json", "devnorm_compare_scifact.json", "cascade_ln0.3.json"],
-                 QUICKSTART + "; uhdsearch compare; python -m benchmarks.speed.cascade speed", cpu(run))
+                 QUICKSTART + "; uhdsearch compare; python -m benchmarks.experiments.cascade speed", cpu(run))
 
 
 @table("quickstart-scifact")

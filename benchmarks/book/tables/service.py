@@ -14,6 +14,11 @@ def load_rows(run: dict) -> list[list[str]]:
     return rows
 
 
+def serve_options(settings: dict) -> list[str]:
+    options = settings.get("serve_options", [])
+    return options.split() if isinstance(options, str) else list(options)
+
+
 HEADER = ["run", "requests", "failures", "requests/s", "p50 ms", "p99 ms", "memory growth"]
 
 
@@ -24,7 +29,7 @@ def serve_load(results: Results) -> Table:
     return Table(HEADER, load_rows(run), ["serve_load.json"], "python -m benchmarks.speed.serve_load",
                  cpu(run, f"not recorded ({run['cpu_count']} cores)"),
                  [f"{s['users']} locust users, {s['warm_up']} s warm-up + {s['duration']} s measured, "
-                  f"{int(100 * s['explain_share'])} % /explain, server options `{s.get('serve_options', '')}`."])
+                  f"{int(100 * s['explain_share'])} % /explain, server options `{' '.join(serve_options(s))}`."])
 
 
 @table("serve-before-after")
@@ -76,6 +81,7 @@ def fuzz_formats(results: Results) -> Table:
             for name, counts in sorted(run["by_format"].items())]
     rows.append(["**all**", f"{run['outcomes'].get('error', 0):,}", f"{run['outcomes'].get('ok', 0):,}"])
     return Table(["format", "refused with IndexFormatError", "opened and searched"], rows, ["fuzz_formats.json"],
-                 run["command"], cpu(run, f"not recorded ({run['cpu']})"),
+                 "python -m tests.hardening.fuzz_formats --cases " + str(run["n_cases"]),
+                 cpu(run, f"not recorded ({run.get('cpu', 'x86-64')})"),
                  [f"{run['n_cases']:,} damaged files ({', '.join(run['mutations'])}); crashes: {run['n_crashes']}, "
                   f"unclear errors: {run['n_unclear']}."])
