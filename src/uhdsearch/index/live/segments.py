@@ -126,8 +126,7 @@ class SegmentedIndex(IndexCapabilities):
 
         Args:
             writable: take the single-writer lock so that add/delete/commit/merge are allowed.
-            mmap: passed to `InvertedIndex.load` for every segment.
-            verify: passed to `InvertedIndex.load` for every segment.
+            mmap: passed to `InvertedIndex.load` for every segment, as is `verify`.
             max_segments: when set, `commit` merges as soon as there are more segments than this.
             background_merges: that merge runs in the background (`merge_in_background`) instead of blocking.
         Raises:
