@@ -10,7 +10,7 @@ from typing import Any
 from uhdsearch import _moved
 from uhdsearch._version import __version__
 
-_moved.install()  # deprecated aliases of the modules moved in issue 15 (CHANGELOG.md)
+_moved.install()  # deprecated aliases of the modules moved in issues 15 and 34 (CHANGELOG.md)
 
 _EXPORTS = {
     "EncoderConfig": "uhdsearch.encoder.config",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from uhdsearch.training.recipe import Recipe
+from uhdsearch.recipes.recipe import Recipe
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ablations.py"
 

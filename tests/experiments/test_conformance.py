@@ -16,7 +16,7 @@ from uhdsearch.baselines.dense import DenseRetriever
 from uhdsearch.baselines.hybrid import HybridRetriever
 from uhdsearch.baselines.splade import SpladeRetriever
 from uhdsearch.experiments import SYSTEMS, SystemContext
-from uhdsearch.training.recipe import Recipe
+from uhdsearch.recipes.recipe import Recipe
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.types import Query

@@ -16,7 +16,7 @@ from uhdsearch.baselines.whitening import Whitening
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.experiments import SYSTEMS, CachedRetriever, build_system, register, resolve_systems, run_comparison
-from uhdsearch.training.recipe import Recipe
+from uhdsearch.recipes.recipe import Recipe
 from uhdsearch.types import Run, ScoredDoc
 
 TINY = Recipe(dim=1024, wta_k=8, ict_per_document=1, max_train_minutes=0.05, eval_every=None,

@@ -62,8 +62,8 @@ def quickstart(
                                    "a kill leaves it old or new)."),
 ) -> None:
     """Train a UHD model, index the collection, and compare UHD, BM25 and dense retrieval."""
-    from uhdsearch.quickstart import run_quickstart
-    from uhdsearch.training.presets import preset as named_preset
+    from uhdsearch.recipes.quickstart import run_quickstart
+    from uhdsearch.recipes.presets import preset as named_preset
 
     check_output_dir(out, {"--data": data, "--backbone": backbone})
     recipe = named_preset(preset) if preset is not None else None
@@ -86,7 +86,7 @@ def train(
     split: Optional[str] = typer.Option("train", "--split", help="qrels split with training pairs ('' = ICT only)."),
     backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
     preset: str = typer.Option("quickstart", "--preset", help="Settings to start from: quickstart, fast or paper "
-                               "(uhdsearch.training.presets); the options below override them."),
+                               "(uhdsearch.recipes.presets); the options below override them."),
     dim: Optional[int] = typer.Option(None, "--dim"),
     wta_k: Optional[int] = typer.Option(None, "--wta-k"),
     query_k: Optional[int] = typer.Option(None, "--query-k", help="Query truncation (Table 4); 0 keeps every "
@@ -123,8 +123,8 @@ def train(
     from uhdsearch.encoder.backbone import Backbone
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_beir
-    from uhdsearch.training.presets import preset as named_preset
-    from uhdsearch.training.recipe import load_train_split, train_on_collection
+    from uhdsearch.recipes.presets import preset as named_preset
+    from uhdsearch.recipes.recipe import load_train_split, train_on_collection
 
     check_output_dir(out, {"--data": data, "--backbone": backbone})
     if out.exists() and not overwrite:

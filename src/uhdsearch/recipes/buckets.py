@@ -21,7 +21,7 @@ from uhdsearch.evaluation.datasets import BeirData
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.topk import top_k
-from uhdsearch.training.recipe import Recipe, train_on_collection
+from uhdsearch.recipes.recipe import Recipe, train_on_collection
 from uhdsearch.training.trainer import TrainingResult
 from uhdsearch.types import Document, Run, ScoredDoc
 

@@ -31,9 +31,9 @@ from uhdsearch.index.base import check_length_norm
 from uhdsearch.search.lengthnorm import LENGTH_NORM
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
 from uhdsearch.training.dev_checks import DevCheck, DevSplit, announce
-from uhdsearch.training.mining import ModelMiner, mine_with_teacher
+from uhdsearch.recipes.mining import ModelMiner, mine_with_teacher
 from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query
-from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, SumOfMaxTeacher, rank_with_teacher
+from uhdsearch.recipes.teachers import CachedTeacher, DenseTeacher, SumOfMaxTeacher, rank_with_teacher
 from uhdsearch.training.trainer import TeacherScorer, TrainingArgs, TrainingResult, train
 from uhdsearch.training.transfer import load_head
 from uhdsearch.types import Document, Query
@@ -85,7 +85,7 @@ class Recipe:
     # deployed score"), or 0: plain counts, what every figure before session 15 chose with.
     dev_length_norm: float = LENGTH_NORM
     judged_depth: int = 10
-    # Mining (training/mining.py). Corpus (ICT) queries: the teacher's top `mined_positives` are positives beside
+    # Mining (recipes/mining.py). Corpus (ICT) queries: the teacher's top `mined_positives` are positives beside
     # the source passage; `teacher_negative_depth` > 0: one negative per pair from the teacher's ranks
     # `negative_skip`..depth, never a positive. ANCE: with `remine_every` (a TrainingArgs field) the negatives are
     # re-mined from the model's own ranking of `remine_documents` sampled passages, ranks `negative_skip`..
