@@ -214,6 +214,19 @@ def test_no_folder_imports_a_folder_above_or_beside_it() -> None:
     assert wrong == []
 
 
+def test_no_private_name_crosses_a_folder() -> None:
+    """`from uhdsearch.x.y import _helper` only within x: what another folder needs is public API."""
+    crossed = []
+    for path in SRC.rglob("*.py"):
+        module = _module_name(path)
+        for node in _imports(path):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("uhdsearch"):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private and _folder(node.module) != _folder(module):
+                    crossed.append(f"{module} imports {', '.join(private)} from {node.module}")
+    assert crossed == []
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Every back edge of a depth-first walk, as the cycle it closes."""
     state: dict[str, int] = {}  # 1 on the current path, 2 done

@@ -13,11 +13,9 @@ import numpy as np
 import torch
 
 from uhdsearch.errors import UsageError
-from uhdsearch.baselines.dual_encoder import (
-    DualEncoder, DualEncoderHead, _document_states, _documents,
-)
+from uhdsearch.baselines.dual_encoder import DualEncoder, DualEncoderHead
 from uhdsearch.encoder.backbone import Backbone
-from uhdsearch.encoder.states import TokenStates, compute_token_states
+from uhdsearch.encoder.states import TokenStates, compute_token_states, corpus_states
 from uhdsearch.topk import top_k
 from uhdsearch.types import Document, Query, Run, ScoredDoc, as_queries, check_k, start_run
 
@@ -40,8 +38,7 @@ def build_multivector(
     """
     if not isinstance(m, int) or m < 1:
         raise UsageError(f"m={m!r} must be a positive integer (vectors per document)")
-    documents = _documents(corpus)
-    states = _document_states(backbone, documents, states, max_length, show_progress)
+    documents, states = corpus_states(backbone, corpus, states, max_length, show_progress)
     last = backbone.n_layers
     head.eval()
     entries, owners = [], []
@@ -126,8 +123,7 @@ class SumOfMaxReranker:
             first_stage: any retriever with search(queries, k); needed by `search`, not by `rerank`.
             states: backbone states of the corpus documents including the last layer; computed if None.
         """
-        documents = _documents(corpus)
-        states = _document_states(backbone, documents, states, max_length, show_progress)
+        documents, states = corpus_states(backbone, corpus, states, max_length, show_progress)
         source = states.layer(backbone.n_layers)
         chunks = []
         with torch.no_grad():

@@ -28,14 +28,13 @@ import torch
 
 from uhdsearch.errors import UsageError
 from uhdsearch.baselines.dual_encoder import (
-    DualEncoder, DualEncoderArgs, DualEncoderHead, _document_states, _documents, build_dual_encoder, embed_states,
-    mean_tokens, train_dual_encoder,
+    DualEncoder, DualEncoderArgs, DualEncoderHead, build_dual_encoder, embed_states, mean_tokens, train_dual_encoder,
 )
 from uhdsearch.baselines.flows import NICE, Flow, Glow
 from uhdsearch.baselines.multivector import SumOfMaxReranker, build_multivector
 from uhdsearch.baselines.whitening import Whitening, pooled_embedder, sample_tokens
 from uhdsearch.encoder.backbone import Backbone
-from uhdsearch.encoder.states import TokenStates
+from uhdsearch.encoder.states import TokenStates, corpus_states
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
 from uhdsearch.types import Document, Qrels, Query
 
@@ -269,8 +268,7 @@ def setup(corpus, backbone_dir: BackboneArg, states: TokenStates | None, max_len
     """(backbone, documents, states): the loaded backbone, the corpus as a list, and its token states
     (the given ones, or one backbone pass)."""
     backbone = _backbone(backbone_dir)
-    documents = _documents(corpus)
-    return backbone, documents, _document_states(backbone, documents, states, max_length, show_progress)
+    return (backbone, *corpus_states(backbone, corpus, states, max_length, show_progress))
 
 
 def _fit(states: TokenStates, fit_states: TokenStates | None) -> TokenStates:
