@@ -18,6 +18,7 @@ _EXPORTS = {
     "BinaryIndex": "uhdsearch.index.inverted",
     "WeightedIndex": "uhdsearch.index.inverted",
     "Searcher": "uhdsearch.search.searcher",
+    "Retriever": "uhdsearch.types",
     "BM25Retriever": "uhdsearch.baselines.bm25",
     "DenseRetriever": "uhdsearch.baselines.dense",
     "load_beir": "uhdsearch.evaluation.datasets",

@@ -273,7 +273,7 @@ def _ict_drop(states: TokenStates, batch: Sequence[TrainingPair]) -> np.ndarray 
 
 
 class DualEncoder:
-    """Exact inner-product search over document entries; a document scores by its best entry.
+    """Exact inner-product search over document entries (a `Retriever`); a document scores by its best entry.
 
     One entry per document is a dual encoder (DE-k, dense + whitening or flows); m entries is ME-m.
     Queries go through the backbone's last layer and `embed_query`.

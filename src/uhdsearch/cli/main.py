@@ -313,7 +313,7 @@ def compare_systems(
                                                       "max_df=0.2, length_norm=none); repeatable."),
 ) -> None:
     """Build or train each system, evaluate on --split, print a table with paired t-tests against bm25."""
-    from uhdsearch.experiments import SYSTEMS, run_comparison
+    from uhdsearch.experiments import SYSTEMS, compare
 
     if list_systems:
         typer.echo("\n".join(SYSTEMS))
@@ -327,9 +327,9 @@ def compare_systems(
     if document_max_length <= 0:
         raise UsageError(f"--document-max-length {document_max_length} must be a positive integer")
     options = _search_options(search_option or [])
-    report = run_comparison(data, systems, train_data_dir=train_data, split=split, fast=fast, backbone=backbone,
-                            uhd_model=uhd_model, max_length=document_max_length, k=k, out_path=out, overwrite=overwrite,
-                            search_options=options)
+    report = compare(data, systems, train_data_dir=train_data, split=split, fast=fast, backbone=backbone,
+                     uhd_model=uhd_model, max_length=document_max_length, k=k, out_path=out, overwrite=overwrite,
+                     search_options=options)
     typer.echo(report.format_table())
     if out is not None:
         typer.echo(f"wrote {out}")

@@ -33,9 +33,11 @@ class TokenStates:
 
     @property
     def n(self) -> int:
+        """The number of texts."""
         return int(self.offsets.shape[0] - 1)
 
     def layer(self, layer: int) -> torch.Tensor:
+        """(n_tokens, hidden) bfloat16 states of backbone layer `layer` (one of `layers`)."""
         return self.states[self.layers.index(layer)]
 
     def select(self, layers: Sequence[int]) -> TokenStates:
@@ -71,7 +73,20 @@ def compute_token_states(
     backbone, texts: Sequence[str], layers: Sequence[int], max_length: int, batch_size: int = 32,
     show_progress: bool = True, desc: str = "backbone",
 ) -> TokenStates:
-    """Run the backbone once over `texts` (length-sorted batches) and keep the requested layers' states."""
+    """Run the backbone once over `texts` (length-sorted batches) and keep the requested layers' states.
+
+    Args:
+        backbone: a Backbone (its tokenizer truncates; its forward returns the asked layers' hidden states).
+        texts: the texts, in the order the result's rows follow.
+        layers: absolute backbone layers to keep (0 = the embeddings, `backbone.n_layers` = the last).
+        max_length: token limit per text, special tokens included.
+        batch_size: texts per forward pass.
+        show_progress: a tqdm bar on stderr.
+        desc: the bar's label.
+
+    Returns:
+        TokenStates of `texts`: per layer (n_tokens, hidden) bfloat16, packed without padding.
+    """
     texts = list(texts)
     tokenizer = backbone.tokenizer
     enc = tokenize_texts(tokenizer, texts, truncation=True, max_length=max_length, return_offsets_mapping=True)

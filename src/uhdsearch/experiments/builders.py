@@ -3,7 +3,7 @@
 Every builder is
 
     build_<system>(corpus, queries_train=None, qrels_train=None, backbone_dir=None, states=None,
-                   *, max_length=256, show_progress=False, **options) -> retriever with search(queries, k)
+                   *, max_length=256, show_progress=False, **options) -> a Retriever (search(queries, k) -> Run)
 
 corpus: doc_id -> Document (its order fixes doc numbers); queries_train / qrels_train: labelled training data
 (None: Inverse Cloze Task pairs only; untrained systems ignore them); backbone_dir: a local Hugging Face

@@ -178,7 +178,18 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
 
 def write_model_and_indexes(stage: Path, model: UHDEncoder, encoded: Any, doc_ids: list[str],
                             model_card: str | None = None) -> tuple[BinaryIndex, WeightedIndex]:
-    """Write model/, index-binary/ and index-weighted/ into `stage`; each index records the model's digest."""
+    """Write model/, index-binary/ and index-weighted/ into `stage`; each index records the model's digest.
+
+    Args:
+        stage: the directory being filled (the quickstart's staging directory, swapped in whole afterwards).
+        model: the trained encoder, saved with `save_pretrained`.
+        encoded: the documents' SparseEncoding by `model`, in `doc_ids` order.
+        doc_ids: external ids, one per encoded document.
+        model_card: README.md text of the model directory (None: save_pretrained's default).
+
+    Returns:
+        (binary, weighted): the two indexes, as written.
+    """
     model.save_pretrained(stage / "model", model_card=model_card)
     digest = model.digest()
     binary = BinaryIndex.from_encoding(encoded, doc_ids, stage / "index-binary", digest)

@@ -284,7 +284,16 @@ def choose_head_and_query_length(
 
 
 def bm25_negatives(documents: Sequence[Document], pairs: Sequence[TrainingPair], depth: int) -> list[int | None]:
-    """One BM25 hard negative per pair (a document row, or None) from its query's top `depth`, never a positive."""
+    """One BM25 hard negative per pair (a document row, or None) from its query's top `depth`, never a positive.
+
+    Args:
+        documents: the corpus list; a negative is a row of it.
+        pairs: training pairs; their query texts are searched once each.
+        depth: BM25 hits per query to draw from.
+
+    Returns:
+        One row or None (no candidate that is not a positive) per pair, in `pairs` order.
+    """
     bm25 = BM25Retriever.build(documents, show_progress=False)
     queries = sorted({p.query for p in pairs})
     run = bm25.search({str(i): q for i, q in enumerate(queries)}, k=depth)
