@@ -118,8 +118,8 @@ def run_comparison(*args: Any, **kwargs: Any) -> ComparisonReport:
 
     Issue 34 gave running a comparison one name, `compare`, as the CLI command already had.
 
-    Raises:
-        DeprecationWarning: as a warning, on every call.
+    Warns:
+        DeprecationWarning: on every call, naming `uhdsearch.experiments.compare`.
     """
     warnings.warn("uhdsearch.experiments.run_comparison is deprecated; call uhdsearch.experiments.compare "
                   "(the same arguments)", DeprecationWarning, stacklevel=2)
