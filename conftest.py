@@ -10,7 +10,7 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     if collection_path.name == "conftest.py":
         return True
     # A deprecated alias module replaces itself by the module it moved to: collecting it would import that one
-    # under the alias's path ("import file mismatch"); tests/test_moved_modules.py and test_layering import them.
+    # under the alias's path ("import file mismatch"); tests/encoder/test_query_encoders.py imports them.
     if collection_path.suffix == ".py" and "src" in collection_path.parts and _is_alias(collection_path):
         return True
     return None

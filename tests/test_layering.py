@@ -4,6 +4,7 @@ Each check runs in a fresh interpreter so that modules other tests imported do n
 """
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -141,61 +142,22 @@ def test_cli_keeps_heavy_imports_inside_commands() -> None:
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "uhdsearch"
 
-# Each module's layer; a module may import only modules of its own layer or below (docs/architecture.md).
-# training/ has two tiers: pairs, losses and the loop sit below baselines (DE/ME train on its pairs); the recipe,
-# its presets and teachers sit above them (baselines teach and mine negatives).
-LAYERS: list[tuple[int, tuple[str, ...]]] = [
-    (0, ("uhdsearch", "uhdsearch._version", "uhdsearch._optional", "uhdsearch.errors", "uhdsearch.io",
-         "uhdsearch.types", "uhdsearch.topk", "uhdsearch.sparse")),
-    (1, ("uhdsearch.evaluation", "uhdsearch.encoder", "uhdsearch.index")),
-    (2, ("uhdsearch.search",)),
-    (3, ("uhdsearch.training.data", "uhdsearch.training.losses", "uhdsearch.training.negatives",
-         "uhdsearch.training.binary", "uhdsearch.training.trainer", "uhdsearch.training")),
-    (4, ("uhdsearch.baselines",)),
-    (5, ("uhdsearch.training.recipe", "uhdsearch.training.presets", "uhdsearch.training.teachers",
-         "uhdsearch.training.mining", "uhdsearch.training.buckets", "uhdsearch.quickstart")),
-    (6, ("uhdsearch.experiments", "uhdsearch.studies", "uhdsearch.scale")),
-    (6, ("uhdsearch.serving",)),
-    (7, ("uhdsearch.cli",)),
+# One layer per folder (docs/architecture.md). "" is the base: the package's own modules (types, errors, topk,
+# sparse, _optional, _version, _moved) with io/, one folder here (errors <- io <- types). A module imports its own
+# folder and the folders of lower layers: nothing above, and nothing beside it on its own layer (encoder, index
+# and evaluation never see each other). No module is an exception; moved modules keep their old paths through
+# uhdsearch/_moved.py, which imports nothing of the package (it maps old names at run time).
+LAYERS: list[tuple[str, ...]] = [
+    ("",),                               # the base, io/ included
+    ("encoder", "index", "evaluation"),  # side by side: the index never sees torch or the encoder
+    ("search",),                         # joins encoder and index
+    ("training",),                       # the training library: pairs, losses, negatives, the loop
+    ("baselines",),                      # retrievers only (DE/ME heads train on training's pairs)
+    ("recipes",),                        # recipes, presets, teachers, mining, buckets, quickstart
+    ("experiments", "serving"),          # the comparison systems; the HTTP service
+    ("studies", "scale"),                # studies reuse experiment builders; scale serves shards
+    ("cli",),                            # parse, call one library function, print
 ]
-# Pairs within one layer that must not meet: the index never sees the encoder, evaluation sees only the base.
-FORBIDDEN = [("uhdsearch.index", "uhdsearch.encoder"), ("uhdsearch.encoder", "uhdsearch.index"),
-             ("uhdsearch.evaluation", "uhdsearch.encoder"), ("uhdsearch.evaluation", "uhdsearch.index")]
-
-
-# Modules moved in issue 34 keep their old path for one release: an alias that warns and hands over the new module.
-# An alias may point up a layer (baselines -> experiments); it holds nothing else, which the test below checks.
-DEPRECATED_ALIASES = {
-    "uhdsearch.baselines.dense_systems": "uhdsearch.experiments.builders",
-    "uhdsearch.baselines.isotropy": "uhdsearch.studies.isotropy",
-}
-
-
-def test_deprecated_aliases_hold_nothing_but_the_alias() -> None:
-    for alias, target in DEPRECATED_ALIASES.items():
-        path = SRC.parent / (alias.replace(".", "/") + ".py")
-        text = path.read_text(encoding="utf-8")
-        imports = {line for line in text.splitlines() if line.startswith(("import ", "from "))}
-        package, name = target.rsplit(".", 1)
-        assert imports == {"import sys", "import warnings", f"from {package} import {name} as _moved"}, alias
-        assert "DeprecationWarning" in text and "sys.modules[__name__] = _moved" in text
-    code = textwrap.dedent(
-        f"""
-        import importlib, json, warnings
-        out = {{}}
-        for alias, target in {DEPRECATED_ALIASES!r}.items():
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                module = importlib.import_module(alias)
-            out[alias] = [module is importlib.import_module(target),
-                          [str(w.message) for w in caught if w.category is DeprecationWarning]]
-        print(json.dumps(out))
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    for alias, (same, messages) in json.loads(done.stdout.strip().splitlines()[-1]).items():
-        assert same and any(DEPRECATED_ALIASES[alias] in m for m in messages), (alias, messages)
 
 
 def _module_name(path: Path) -> str:
@@ -203,45 +165,65 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _import_graph() -> dict[str, set[str]]:
-    import ast
+def _folder(module: str) -> str:
+    """The top-level folder of a uhdsearch module; "" for the base (the package's own modules and io/)."""
+    parts = module.split(".")[1:]
+    return parts[0] if parts and parts[0] != "io" and (SRC / parts[0] / "__init__.py").exists() else ""
 
+
+def _layer(module: str) -> int:
+    folder = _folder(module)
+    return next(i for i, folders in enumerate(LAYERS) if folder in folders)
+
+
+def _imports(path: Path) -> list[ast.ImportFrom | ast.Import]:
+    """Every import statement of a file that runs (those under `if TYPE_CHECKING:` are annotations only)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
+                   for n in ast.walk(block)}
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.ImportFrom, ast.Import)) and id(n) not in typing_only]
+
+
+def _import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for path in SRC.rglob("*.py"):
         targets = set()
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
-                       for n in ast.walk(block)}  # annotations only: never imported at run time
-        for node in (n for n in ast.walk(tree) if id(n) not in typing_only):
+        for node in _imports(path):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("uhdsearch"):
                 targets.add(node.module)
             elif isinstance(node, ast.Import):
                 targets |= {a.name for a in node.names if a.name.startswith("uhdsearch")}
         graph[_module_name(path)] = targets - {_module_name(path)}
-    for alias in DEPRECATED_ALIASES:  # checked by test_deprecated_aliases_hold_nothing_but_the_alias
-        graph.pop(alias, None)
     return graph
 
 
-def _layer(module: str) -> int:
-    best = max((prefix for _, prefixes in LAYERS for prefix in prefixes
-                if module == prefix or module.startswith(prefix + ".")), key=len)
-    return next(layer for layer, prefixes in LAYERS if best in prefixes)
+def test_every_folder_has_one_layer() -> None:
+    folders = [folder for layer in LAYERS for folder in layer]
+    assert len(folders) == len(set(folders))
+    on_disk = {d.name for d in SRC.iterdir() if (d / "__init__.py").exists()}
+    assert set(folders) == on_disk - {"io"} | {""}
 
 
-def _within(module: str, prefix: str) -> bool:
-    return module == prefix or module.startswith(prefix + ".")
-
-
-def test_every_module_has_a_layer_and_imports_nothing_above_it() -> None:
+def test_no_folder_imports_a_folder_above_or_beside_it() -> None:
     graph = _import_graph()
     assert len(graph) > 50  # the walk found the package
-    upward = sorted(f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
-                    for a, targets in graph.items() for b in targets if _layer(b) > _layer(a))
-    assert upward == []
-    crossed = sorted(f"{a} imports {b}" for a, targets in graph.items() for b in targets
-                     for low, high in FORBIDDEN if _within(a, low) and _within(b, high))
+    wrong = sorted(f"{a} ({_folder(a) or 'base'}, layer {_layer(a)}) imports {b} ({_folder(b) or 'base'}, "
+                   f"layer {_layer(b)})" for a, targets in graph.items() for b in targets
+                   if _folder(a) != _folder(b) and _layer(b) >= _layer(a))
+    assert wrong == []
+
+
+def test_no_private_name_crosses_a_folder() -> None:
+    """`from uhdsearch.x.y import _helper` only within x: what another folder needs is public API."""
+    crossed = []
+    for path in SRC.rglob("*.py"):
+        module = _module_name(path)
+        for node in _imports(path):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("uhdsearch"):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private and _folder(node.module) != _folder(module):
+                    crossed.append(f"{module} imports {', '.join(private)} from {node.module}")
     assert crossed == []
 
 
@@ -265,6 +247,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
 def test_no_import_cycle_between_modules() -> None:
     graph = _import_graph()
     # A package's __init__ re-exporting its own modules is how a package shows its API, not a cycle of design.
@@ -274,9 +260,11 @@ def test_no_import_cycle_between_modules() -> None:
 
 
 def test_the_layering_checks_can_fail() -> None:
-    assert _layer("uhdsearch.index.kernels.heap") == 1 < _layer("uhdsearch.search.searcher") == 2
-    assert _layer("uhdsearch.training.recipe") == 5 > _layer("uhdsearch.baselines.dense") == 4
-    assert _layer("uhdsearch.training.data") == 3
+    assert _folder("uhdsearch.index.kernels.heap") == "index" and _folder("uhdsearch.types") == ""
+    assert _layer("uhdsearch.index.kernels.heap") < _layer("uhdsearch.search.searcher")
+    assert _layer("uhdsearch.recipes.recipe") > _layer("uhdsearch.baselines.dense") > _layer("uhdsearch.training.data")
+    assert _layer("uhdsearch.index.base") == _layer("uhdsearch.encoder.model")  # beside: neither may import the other
+    assert _folder("uhdsearch.io.swap") == "" and _layer("uhdsearch.types") < _layer("uhdsearch.evaluation.metrics")
 
 
 def test_no_source_file_over_450_lines() -> None:

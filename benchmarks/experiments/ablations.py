@@ -31,8 +31,8 @@ from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import WeightedIndex
 from uhdsearch.search.searcher import Searcher
-from uhdsearch.training.presets import preset
-from uhdsearch.training.recipe import Recipe, load_train_split, train_on_collection
+from uhdsearch.recipes.presets import preset
+from uhdsearch.recipes.recipe import Recipe, load_train_split, train_on_collection
 
 CONFIG = default_config("ablations")
 

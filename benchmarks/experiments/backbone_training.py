@@ -44,7 +44,7 @@ from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.binary import binary_relevance
 from uhdsearch.training.data import unique_document_batches
 from uhdsearch.training.losses import infonce
-from uhdsearch.training.recipe import Recipe, cached_layers, train_on_collection, training_pairs
+from uhdsearch.recipes.recipe import Recipe, cached_layers, train_on_collection, training_pairs
 
 RESULT_JSON = RESULTS / "backbone_training_scifact.json"
 QUICKSTART = Recipe(dev_length_norm=0.0)  # as its README figures were chosen: plain-count dev checks

@@ -2,7 +2,7 @@
 
 Chooses no default: the comparison table.
 
-Writes benchmarks/results/baselines_<dataset>.json (see uhdsearch.experiments.run_comparison) and prints the table.
+Writes benchmarks/results/baselines_<dataset>.json (see uhdsearch.experiments.compare) and prints the table.
 
     .venv/bin/python -m benchmarks.experiments.baselines                                   # bundled SciFact, every system
     .venv/bin/python -m benchmarks.experiments.baselines --fast --systems bm25,bm25-uni,bm25-bi,splade-tiny,dense,\
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from benchmarks.lib.settings import RESULTS, parse_args, record
 from uhdsearch.evaluation.datasets import bundled_dataset_dir
-from uhdsearch.experiments import run_comparison
+from uhdsearch.experiments import compare
 from uhdsearch.io import write_json
 
 
@@ -52,7 +52,7 @@ def main() -> None:
     old = json.loads(out.read_text()) if args.merge and out.is_file() else None
     if old is not None and old["dataset"] != data.name:
         raise SystemExit(f"cannot merge: {out} is about {old['dataset']!r}, not {data.name!r}")
-    report = run_comparison(data, args.systems, train_data_dir=args.train_data, fast=args.fast,
+    report = compare(data, args.systems, train_data_dir=args.train_data, fast=args.fast,
                             backbone=args.backbone)
     results = {**report.results, **record(config, settings)}
     print(report.format_table())

@@ -39,8 +39,8 @@ from uhdsearch.io import read_json, write_json
 from uhdsearch.search.bucket_predictor import BucketWeightPredictor
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.sparse import SparseEncoding
-from uhdsearch.training.buckets import bucket_config, bucket_scores, rank, train_jointly, train_separately, weight_grid
-from uhdsearch.training.recipe import Recipe, train_on_collection, training_pairs
+from uhdsearch.recipes.buckets import bucket_config, bucket_scores, rank, train_jointly, train_separately, weight_grid
+from uhdsearch.recipes.recipe import Recipe, train_on_collection, training_pairs
 
 RESULT_JSON = RESULTS / "buckets_scifact.json"
 MEASURES = ("nDCG@10", "RR@10")

@@ -38,8 +38,8 @@ from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
-from uhdsearch.training.presets import preset
-from uhdsearch.training.recipe import build_teacher, dev_evaluator, teacher_judged, training_pairs
+from uhdsearch.recipes.presets import preset
+from uhdsearch.recipes.recipe import build_teacher, dev_evaluator, teacher_judged, training_pairs
 from uhdsearch.training.trainer import train
 
 RESULT_JSON = RESULTS / "dev_proxies.json"

@@ -23,7 +23,7 @@ from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.io import write_json
 from uhdsearch.search.searcher import Searcher
-from uhdsearch.training.recipe import (Recipe, build_teacher, dev_evaluator, load_train_split, teacher_judged,
+from uhdsearch.recipes.recipe import (Recipe, build_teacher, dev_evaluator, load_train_split, teacher_judged,
                                        training_pairs)
 
 

@@ -35,7 +35,7 @@ from uhdsearch.io import write_json
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.data import ict_pairs, pairs_from_qrels
 from uhdsearch.training.negatives import teacher_negatives
-from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, rank_with_teacher
+from uhdsearch.recipes.teachers import CachedTeacher, DenseTeacher, rank_with_teacher
 from uhdsearch.training.trainer import TrainingArgs, train
 
 RESULT_JSON = RESULTS / "training_probe_scifact.json"

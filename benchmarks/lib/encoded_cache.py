@@ -139,7 +139,7 @@ def load_model(spec: str, data_root: Path, seed: int = 0):
     if spec != "untrained":
         return UHDEncoder.from_pretrained(ROOT / spec)
     from uhdsearch.evaluation.datasets import load_corpus
-    from uhdsearch.training.presets import PRESETS
+    from uhdsearch.recipes.presets import PRESETS
 
     model = UHDEncoder.new(config=PRESETS["quickstart"].encoder).eval()
     data_dir = ROOT / data_root / "scifact"

@@ -30,7 +30,7 @@ from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import BinaryIndex
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.training.dev_checks import DevCheck
-from uhdsearch.training.presets import PRESETS
+from uhdsearch.recipes.presets import PRESETS
 
 RESULT_JSON = RESULTS / "wta_paths.json"
 

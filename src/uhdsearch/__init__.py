@@ -10,7 +10,7 @@ from typing import Any
 from uhdsearch import _moved
 from uhdsearch._version import __version__
 
-_moved.install()  # deprecated aliases of the modules moved in issue 15 (CHANGELOG.md)
+_moved.install()  # deprecated aliases of the modules moved in issues 15 and 34 (CHANGELOG.md)
 
 _EXPORTS = {
     "EncoderConfig": "uhdsearch.encoder.config",
@@ -21,6 +21,7 @@ _EXPORTS = {
     "SearchOptions": "uhdsearch.search.options",
     "open_index": "uhdsearch.index.opener",
     "open_query_encoder": "uhdsearch.encoder.query",
+    "Retriever": "uhdsearch.types",
     "BM25Retriever": "uhdsearch.baselines.bm25",
     "DenseRetriever": "uhdsearch.baselines.dense",
     "load_beir": "uhdsearch.evaluation.datasets",

@@ -1,8 +1,12 @@
-"""Deprecated aliases of the modules that moved in issue 15's re-layout, kept for one release (CHANGELOG.md).
+"""Deprecated aliases of the modules that moved (issue 15's re-layout, issue 34's layers), kept for one release.
 
 `import uhdsearch.index.segments` (or `from ... import ...`) still works: it gives a module that forwards every
 name to the new one (the same objects, so classes and isinstance agree), with one DeprecationWarning naming the
 new path. Installed by `uhdsearch/__init__.py`, so it is in place before any old path can be imported.
+
+The aliases are made here, at import time, and not by files left at the old paths: a file would import its new
+module, which may sit on a higher layer than the old folder (baselines -> experiments), and the layering test
+reads every import in the source. CHANGELOG.md lists every old path.
 """
 from __future__ import annotations
 
@@ -26,6 +30,15 @@ MOVED = {
     "uhdsearch.search.topk": "uhdsearch.topk",
     "uhdsearch.evaluation.runs": "uhdsearch.types",
     "uhdsearch.comparison": "uhdsearch.experiments",
+    # issue 34: folders are layers. The recipes sit above baselines (they use them as teachers and miners).
+    "uhdsearch.training.recipe": "uhdsearch.recipes.recipe",
+    "uhdsearch.training.presets": "uhdsearch.recipes.presets",
+    "uhdsearch.training.teachers": "uhdsearch.recipes.teachers",
+    "uhdsearch.training.mining": "uhdsearch.recipes.mining",
+    "uhdsearch.training.buckets": "uhdsearch.recipes.buckets",
+    "uhdsearch.quickstart": "uhdsearch.recipes.quickstart",
+    "uhdsearch.baselines.dense_systems": "uhdsearch.experiments.builders",
+    "uhdsearch.baselines.isotropy": "uhdsearch.studies.isotropy",
 }
 
 

@@ -20,6 +20,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Document:
+    """One document of a corpus: its external id, body text and optional title (BEIR's corpus.jsonl fields)."""
+
     doc_id: str
     text: str
     title: str = ""
@@ -32,12 +34,16 @@ class Document:
 
 @dataclass(frozen=True)
 class Query:
+    """One query: its external id and text (BEIR's queries.jsonl `_id` and `text`)."""
+
     query_id: str
     text: str
 
 
 @dataclass(frozen=True)
 class ScoredDoc:
+    """One hit of a ranked list: the document's external id and its score (higher ranks first)."""
+
     doc_id: str
     score: float
 
@@ -62,6 +68,7 @@ class Run:
         return self.results[query_id]
 
     def doc_ids(self, query_id: str) -> list[str]:
+        """The query's doc_ids, best first ([] for a query the run does not hold)."""
         return [hit.doc_id for hit in self.results.get(query_id, [])]
 
     def as_dict(self) -> dict[str, dict[str, float]]:
@@ -184,9 +191,30 @@ def check_k(k: Any, name: str = "k") -> int:
 
 @runtime_checkable
 class Retriever(Protocol):
-    """Anything with ``search(queries, k) -> Run``: UHD searchers, BM25, dense, hybrid."""
+    """The one protocol of anything that searches: ``search(queries, k) -> Run``.
 
-    def search(self, queries: Any, k: int) -> Run: ...
+    Every system in uhdsearch is a Retriever: `Searcher` (UHD over any index `open_index` opens),
+    `BM25Retriever`, `DenseRetriever`, `SpladeRetriever`, `HybridRetriever`, the comparison systems' `DualEncoder`
+    and `SumOfMaxReranker`, and `CachedRetriever`; so `compare`, `HybridRetriever` and the distillation teachers
+    take any mix. The check is structural: a class of your own needs no base class, only the method.
+
+    `queries` is ``{query_id: text}`` or a sequence of `Query` records. The Run has one entry per query, in the
+    order given (an empty text gets an empty list), each at most `k` hits with scores descending and unique
+    doc_ids; a smaller `k` gives the head of a larger one (`uhdsearch.topk`'s tie rule).
+
+    Example:
+        >>> class Constant:
+        ...     def search(self, queries, k):
+        ...         return Run({q: [ScoredDoc("d1", 1.0)][:k] for q in queries})
+        >>> isinstance(Constant(), Retriever)
+        True
+        >>> Constant().search({"q1": "any text"}, k=10)["q1"]
+        [ScoredDoc(doc_id='d1', score=1.0)]
+    """
+
+    def search(self, queries: Any, k: int) -> Run:
+        """Rank documents for each query; at most `k` hits per query (k >= 1)."""
+        ...
 
 
 # ------------------------------------------------------------------ TREC run files (qid Q0 docid rank score name)

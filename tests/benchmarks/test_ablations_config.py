@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.lib.settings import relative
-from uhdsearch.training.recipe import Recipe
+from uhdsearch.recipes.recipe import Recipe
 
 
 @pytest.fixture(scope="module")

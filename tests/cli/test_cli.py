@@ -207,7 +207,7 @@ def test_invalid_encoder_setting(tmp_path: Path, scifact_mini_dir: Path, tiny_ba
 # ---------------------------------------------------------------------------------------------- presets
 def _record_training(monkeypatch) -> list:
     """Stand in for the training itself: record the encoder settings and recipe `uhdsearch train` built."""
-    import uhdsearch.training.recipe as recipe_module
+    import uhdsearch.recipes.recipe as recipe_module
     from uhdsearch.training.trainer import TrainingResult
 
     seen = []
@@ -232,7 +232,7 @@ def _record_training(monkeypatch) -> list:
 def test_train_starts_from_a_preset_and_options_override_only_what_is_given(
         extra, name, overrides, ict_only, monkeypatch, tmp_path: Path, scifact_mini_dir: Path,
         tiny_backbone_dir: Path, capsys) -> None:
-    from uhdsearch.training.presets import preset
+    from uhdsearch.recipes.presets import preset
 
     seen = _record_training(monkeypatch)
     code, out, err = run_cli(capsys, ["train", "--data", str(scifact_mini_dir), "--out", str(tmp_path / "m"),
@@ -252,9 +252,9 @@ def test_unknown_preset(tmp_path: Path, scifact_mini_dir: Path, tiny_backbone_di
 
 
 def test_quickstart_prints_what_the_pipeline_returns(monkeypatch, tmp_path: Path, capsys) -> None:
-    import uhdsearch.quickstart as quickstart_module
+    import uhdsearch.recipes.quickstart as quickstart_module
     from uhdsearch.evaluation.experiment import compare
-    from uhdsearch.training.presets import PRESETS
+    from uhdsearch.recipes.presets import PRESETS
     from uhdsearch.types import Run, ScoredDoc
 
     calls = []

@@ -16,10 +16,10 @@ from uhdsearch.baselines.dense import DenseRetriever
 from uhdsearch.baselines.hybrid import HybridRetriever
 from uhdsearch.baselines.splade import SpladeRetriever
 from uhdsearch.experiments import SYSTEMS, SystemContext
-from uhdsearch.training.recipe import Recipe
+from uhdsearch.recipes.recipe import Recipe
 from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.search.searcher import Searcher
-from uhdsearch.types import Query
+from uhdsearch.types import Query, Retriever
 
 TINY = Recipe(dim=1024, wta_k=8, ict_per_document=1, max_minutes=0.05, eval_every=None,
               document_max_length=64)
@@ -72,6 +72,7 @@ def hand_built(tiny_backbone_dir, tiny_encoder_session, mini_data, mini_encoding
 
 
 def check_conforms(retriever, queries, corpus, k):
+    assert isinstance(retriever, Retriever)
     run = retriever.search(queries, k=k)
     assert list(run) == [q.query_id for q in queries]
     for q in queries:
@@ -114,3 +115,18 @@ def test_every_registered_system_conforms(context, mini_data, name):
 def test_hand_built_configurations_conform(hand_built, mini_data, name):
     retriever, corpus = hand_built[name]
     check_edges(retriever, mini_data.queries[:8], corpus)
+
+
+def test_every_system_class_is_a_retriever():
+    """One protocol name for whatever searches (issue 34): every system class satisfies uhdsearch.Retriever."""
+    import uhdsearch
+    from uhdsearch.baselines.dual_encoder import DualEncoder
+    from uhdsearch.baselines.multivector import SumOfMaxReranker
+    from uhdsearch.experiments import CachedRetriever
+    from uhdsearch.types import Run
+
+    classes = [Searcher, BM25Retriever, DenseRetriever, SpladeRetriever, HybridRetriever, DualEncoder,
+               SumOfMaxReranker, CachedRetriever]
+    assert [c.__name__ for c in classes if not issubclass(c, Retriever)] == []
+    assert not issubclass(Run, Retriever) and not issubclass(BinaryIndex, Retriever)  # the check can fail
+    assert uhdsearch.Retriever is Retriever

@@ -15,8 +15,8 @@ from uhdsearch.baselines.dual_encoder import embed_states
 from uhdsearch.baselines.whitening import Whitening
 from uhdsearch.evaluation.datasets import load_beir
 from uhdsearch.evaluation.metrics import evaluate
-from uhdsearch.experiments import SYSTEMS, CachedRetriever, build_system, register, resolve_systems, run_comparison
-from uhdsearch.training.recipe import Recipe
+from uhdsearch.experiments import SYSTEMS, CachedRetriever, build_system, compare, register, resolve_systems
+from uhdsearch.recipes.recipe import Recipe
 from uhdsearch.types import Run, ScoredDoc
 
 TINY = Recipe(dim=1024, wta_k=8, ict_per_document=1, max_train_minutes=0.05, eval_every=None,
@@ -49,8 +49,8 @@ def test_one_line_registers_a_system(mini_data, scifact_mini_dir, tiny_backbone_
 
     register("constant-test")(lambda ctx: Constant())
     try:
-        report = run_comparison(scifact_mini_dir, "constant-test", backbone=tiny_backbone_dir,
-                                show_progress=False)
+        report = compare(scifact_mini_dir, "constant-test", backbone=tiny_backbone_dir,
+                         show_progress=False)
     finally:
         del SYSTEMS["constant-test"]
     assert list(report.results["systems"]) == ["bm25", "constant-test"]
@@ -77,8 +77,8 @@ def test_cached_retriever_cuts_a_larger_run():
 
 @pytest.fixture(scope="module")
 def in_domain(scifact_mini_dir, tiny_backbone_dir):
-    return run_comparison(scifact_mini_dir, "uhd-binary,uhd-weighted,hybrid-uhd-bm25",
-                          backbone=tiny_backbone_dir, recipe=TINY, max_length=64, show_progress=False)
+    return compare(scifact_mini_dir, "uhd-binary,uhd-weighted,hybrid-uhd-bm25",
+                   backbone=tiny_backbone_dir, recipe=TINY, max_length=64, show_progress=False)
 
 
 def test_uhd_numbers_equal_evaluate_of_the_systems(in_domain, mini_data):
@@ -100,8 +100,8 @@ def test_a_saved_model_is_evaluated_as_it_is(tmp_path, in_domain, mini_data, sci
 
     trained = in_domain.systems["uhd-binary"].retriever.encoder
     trained.save_pretrained(tmp_path / "model")
-    report = run_comparison(scifact_mini_dir, "uhd-binary", backbone=tiny_backbone_dir, recipe=TINY,
-                            uhd_model=tmp_path / "model", max_length=64, show_progress=False)
+    report = compare(scifact_mini_dir, "uhd-binary", backbone=tiny_backbone_dir, recipe=TINY,
+                     uhd_model=tmp_path / "model", max_length=64, show_progress=False)
     assert report.results["config"]["uhd"] == {"model": str(tmp_path / "model"), "trained_here": False,
                                                "model_digest": UHDEncoder.from_pretrained(tmp_path / "model").digest()}
     assert "uhd-model" in report.results["shared_seconds"]
@@ -113,14 +113,25 @@ def test_out_of_domain_trains_on_the_other_collection(tmp_path, scifact_mini_dir
     target = tmp_path / "target"
     shutil.copytree(scifact_mini_dir, target)
     (target / "qrels" / "train.tsv").unlink()  # like CISI and Medline: test qrels only
-    report = run_comparison(target, "uhd-binary,hybrid-uhd-bm25", train_data_dir=scifact_mini_dir,
-                            backbone=tiny_backbone_dir, recipe=TINY, max_length=64, show_progress=False)
+    report = compare(target, "uhd-binary,hybrid-uhd-bm25", train_data_dir=scifact_mini_dir,
+                     backbone=tiny_backbone_dir, recipe=TINY, max_length=64, show_progress=False)
     config = report.results["config"]
     assert config["in_domain"] is False and config["train_data"] == str(scifact_mini_dir)
     assert config["uhd"]["training_pairs"] > 300  # train qrels pairs and ICT pairs of the other corpus
     assert config["hybrids"]["hybrid-uhd-bm25"]["weight"] == 0.5  # nothing to tune on without a train split
     with pytest.raises(FileExistsError, match="already exists"):
-        run_comparison(target, "bm25", out_path=target / "corpus.jsonl")
+        compare(target, "bm25", out_path=target / "corpus.jsonl")
+
+
+def test_run_comparison_is_a_deprecated_name_of_compare(tmp_path, scifact_mini_dir):
+    from uhdsearch.experiments import run_comparison
+
+    taken = tmp_path / "results.json"
+    taken.write_text("{}", encoding="utf-8")
+    with pytest.warns(DeprecationWarning, match=r"^uhdsearch\.experiments\.run_comparison is deprecated; call "
+                                                r"uhdsearch\.experiments\.compare"):
+        with pytest.raises(FileExistsError, match="results.json already exists"):  # compare's own check: forwarded
+            run_comparison(scifact_mini_dir, "bm25", out_path=taken)
 
 
 # ------------------------------------------------------------------ out of domain: learn on the source only
@@ -153,8 +164,8 @@ def collections(tmp_path_factory, scifact_mini_dir):
 @pytest.fixture(scope="module")
 def out_of_domain(collections, tiny_backbone_dir):
     target, source = collections
-    return run_comparison(target, FITTED, train_data_dir=source, backbone=tiny_backbone_dir, max_length=64,
-                          show_progress=False)
+    return compare(target, FITTED, train_data_dir=source, backbone=tiny_backbone_dir, max_length=64,
+                   show_progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -249,8 +260,8 @@ def test_in_domain_dense_family_is_fit_and_trained_on_the_evaluated_corpus(mini_
     """In domain nothing changes: the numbers equal the builders run on the corpus's own states and train split."""
     _, dense_states, _ = tiny_states(scifact_mini_dir, "test")
     names = ["dense+whiten-seq", "dense+whiten-tok", "de-32"]
-    report = run_comparison(scifact_mini_dir, names, backbone=tiny_backbone_dir, max_length=64,
-                            show_progress=False)
+    report = compare(scifact_mini_dir, names, backbone=tiny_backbone_dir, max_length=64,
+                     show_progress=False)
     train = load_beir(scifact_mini_dir, "train")
     for name in names:
         system = build_system(name, mini_data.corpus, train.queries, train.qrels, dense_backbone, dense_states,

@@ -136,7 +136,7 @@ def child(writer: str, root: Path, version: int, step: int | None, fallback: boo
         model.save_pretrained(root / "model", overwrite=True)
     else:  # run_quickstart's write path, without the training and evaluation between its steps
         from uhdsearch.io import atomic_directory
-        from uhdsearch.quickstart import check_out_dir, write_model_and_indexes
+        from uhdsearch.recipes.quickstart import check_out_dir, write_model_and_indexes
 
         out = root / "out"
         check_out_dir(out, overwrite=True)
@@ -264,7 +264,7 @@ def warm_up(writer: str) -> None:
     if writer in ("model", "quickstart"):
         tiny_model(1), tiny_model(2)
     if writer == "quickstart":
-        import uhdsearch.quickstart  # noqa: F401 - imported once here, not in every forked writer
+        import uhdsearch.recipes.quickstart  # noqa: F401 - imported once here, not in every forked writer
 
 
 def references(writer: str, root: Path) -> tuple[dict[int, dict[str, object]], float]:

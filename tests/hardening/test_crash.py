@@ -82,7 +82,7 @@ def test_the_harness_catches_an_output_directory_mixing_two_runs(tmp_path):
 
 def test_a_failed_quickstart_write_leaves_the_output_as_it_was(tmp_path):
     from tests.hardening.hardening_helpers import digest
-    from uhdsearch.quickstart import check_out_dir
+    from uhdsearch.recipes.quickstart import check_out_dir
 
     root = tmp_path / "w"
     crash_harness.run_child("quickstart", root, 1)

@@ -17,7 +17,7 @@ from tests.hardening.hardening_helpers import call, error_line
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex
 from uhdsearch.index.live.segments import SegmentedIndex
 from uhdsearch.io import atomic_write_text
-from uhdsearch.quickstart import write_model_and_indexes
+from uhdsearch.recipes.quickstart import write_model_and_indexes
 
 NOBODY = 65534
 

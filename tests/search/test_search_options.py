@@ -92,7 +92,7 @@ def test_the_cli_the_http_app_and_compare_parse_and_search_alike(saved_model_and
                                                                   monkeypatch):
     from fastapi.testclient import TestClient
 
-    from uhdsearch.experiments import run_comparison
+    from uhdsearch.experiments import compare
     from uhdsearch.serving.app import create_app
     from uhdsearch.serving.service import SearchService
     from uhdsearch.serving.settings import ServeSettings
@@ -130,9 +130,9 @@ def test_the_cli_the_http_app_and_compare_parse_and_search_alike(saved_model_and
             assert response.status_code == 200, response.text
             by_http[q.query_id] = [(h["doc_id"], h["score"]) for h in response.json()["results"][0]["hits"]]
 
-    report = run_comparison(scifact_mini_dir, "uhd", backbone=tiny_backbone_dir, uhd_model=root / "model",
-                            max_length=model.config.document_max_length, k=10, show_progress=False,
-                            search_options=STRINGS)
+    report = compare(scifact_mini_dir, "uhd", backbone=tiny_backbone_dir, uhd_model=root / "model",
+                     max_length=model.config.document_max_length, k=10, show_progress=False,
+                     search_options=STRINGS)
     run = report.comparison.runs["uhd"]
     by_compare = {q.query_id: [(h.doc_id, h.score) for h in run[q.query_id]] for q in queries}
 

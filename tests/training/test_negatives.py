@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from uhdsearch.training.data import TrainingPair
 from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query, teacher_negatives
-from uhdsearch.training.teachers import TeacherRankings
+from uhdsearch.recipes.teachers import TeacherRankings
 
 QUERIES = ["q0", "q1", "q2"]
 

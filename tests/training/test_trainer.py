@@ -8,7 +8,7 @@ import torch
 from uhdsearch.training.data import ict_pairs, pairs_from_qrels
 from uhdsearch.training.losses import flops
 from uhdsearch.training.negatives import teacher_negatives
-from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, rank_with_teacher
+from uhdsearch.recipes.teachers import CachedTeacher, DenseTeacher, rank_with_teacher
 from uhdsearch.training.trainer import TrainingArgs, train
 
 

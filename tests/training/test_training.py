@@ -6,7 +6,7 @@ from uhdsearch.training.data import (TrainingPair, ict_pairs, pairs_from_qrels, 
                                      unique_document_batches)
 from uhdsearch.training.losses import distillation, hinge_in_batch
 from uhdsearch.training.negatives import hard_negatives_from_rankings
-from uhdsearch.training.teachers import DenseTeacher as Teacher
+from uhdsearch.recipes.teachers import DenseTeacher as Teacher
 from uhdsearch.training.trainer import TrainingArgs, train
 from uhdsearch.types import Document
 

@@ -25,7 +25,7 @@ BM25Method = Literal["lucene", "robertson", "atire", "bm25l", "bm25+"]
 
 
 class BM25Retriever:
-    """Lexical BM25 retrieval over title + text, built on bm25s.
+    """Lexical BM25 retrieval over title + text, built on bm25s; a `Retriever` (``search(queries, k) -> Run``).
 
     Defaults are Pyserini's BM25 parameters (k1=0.9, b=0.4), Lucene's scoring variant, Lucene's 33 English
     stopwords and no stemming. Measured on the bundled SciFact test split (300 queries, k=1000):

@@ -26,7 +26,7 @@ def mean_pool(states: TokenStates, layer: int) -> np.ndarray:
 
 
 class DenseRetriever:
-    """Exact cosine search over mean-pooled backbone embeddings.
+    """Exact cosine search over mean-pooled backbone embeddings; a `Retriever` (``search(queries, k) -> Run``).
 
     Example:
         >>> from uhdsearch.types import Document

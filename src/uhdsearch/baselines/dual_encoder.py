@@ -21,7 +21,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from uhdsearch.encoder.backbone import Backbone
-from uhdsearch.encoder.states import TokenStates, compute_token_states
+from uhdsearch.encoder.states import TokenStates, compute_token_states, corpus_states
 from uhdsearch.errors import UsageError
 from uhdsearch.topk import top_k
 from uhdsearch.training.data import TrainingPair, remove_span, unique_document_batches
@@ -273,7 +273,7 @@ def _ict_drop(states: TokenStates, batch: Sequence[TrainingPair]) -> np.ndarray 
 
 
 class DualEncoder:
-    """Exact inner-product search over document entries; a document scores by its best entry.
+    """Exact inner-product search over document entries (a `Retriever`); a document scores by its best entry.
 
     One entry per document is a dual encoder (DE-k, dense + whitening or flows); m entries is ME-m.
     Queries go through the backbone's last layer and `embed_query`.
@@ -361,26 +361,7 @@ def build_dual_encoder(
     Raises:
         ValueError: empty corpus, or states that do not cover it.
     """
-    documents = _documents(corpus)
-    states = _document_states(backbone, documents, states, max_length, show_progress)
+    documents, states = corpus_states(backbone, corpus, states, max_length, show_progress)
     head.eval()
     vectors = embed_states(head, states, backbone.n_layers)
     return DualEncoder(backbone, head, [d.doc_id for d in documents], vectors, None, max_length, name)
-
-
-def _documents(corpus) -> list[Document]:
-    documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
-    if not documents:
-        raise UsageError("the corpus is empty: nothing to index")
-    return documents
-
-
-def _document_states(backbone: Backbone, documents: list[Document], states: TokenStates | None, max_length: int,
-                     show_progress: bool) -> TokenStates:
-    last = backbone.n_layers
-    if states is None or last not in states.layers:
-        states = compute_token_states(backbone, [d.full_text for d in documents], [last], max_length,
-                                      show_progress=show_progress, desc="backbone documents")
-    if states.n != len(documents):
-        raise UsageError(f"states cover {states.n} texts but the corpus has {len(documents)} documents")
-    return states

@@ -118,7 +118,7 @@ def fuse_rrf(run_a: Run, run_b: Run, k: int, rrf_k: int = 60, name: str = "rrf")
 
 
 class HybridRetriever:
-    """Two retrievers fused linearly (one weight) or by RRF, with the `search(queries, k)` interface.
+    """Two Retrievers fused linearly (one weight) or by RRF; itself a `Retriever` (``search(queries, k)``).
 
     Example:
         >>> from uhdsearch.types import Document

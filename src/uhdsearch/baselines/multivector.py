@@ -13,13 +13,11 @@ import numpy as np
 import torch
 
 from uhdsearch.errors import UsageError
-from uhdsearch.baselines.dual_encoder import (
-    DualEncoder, DualEncoderHead, _document_states, _documents,
-)
+from uhdsearch.baselines.dual_encoder import DualEncoder, DualEncoderHead
 from uhdsearch.encoder.backbone import Backbone
-from uhdsearch.encoder.states import TokenStates, compute_token_states
+from uhdsearch.encoder.states import TokenStates, compute_token_states, corpus_states
 from uhdsearch.topk import top_k
-from uhdsearch.types import Document, Query, Run, ScoredDoc, as_queries, check_k, start_run
+from uhdsearch.types import Document, Query, Retriever, Run, ScoredDoc, as_queries, check_k, start_run
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +38,7 @@ def build_multivector(
     """
     if not isinstance(m, int) or m < 1:
         raise UsageError(f"m={m!r} must be a positive integer (vectors per document)")
-    documents = _documents(corpus)
-    states = _document_states(backbone, documents, states, max_length, show_progress)
+    documents, states = corpus_states(backbone, corpus, states, max_length, show_progress)
     last = backbone.n_layers
     head.eval()
     entries, owners = [], []
@@ -83,7 +80,7 @@ class SumOfMaxReranker:
 
     Token states may pass through a `token_transform` (token-wise whitening or a flow, Jung et al. §4) and are
     L2-normalized when `normalize` (cosine, as ColBERT and Jung et al. Eq. 1; Luan use raw inner products).
-    `search` re-ranks the first stage's top `depth`, so it fits the common retriever interface.
+    `search` re-ranks the first stage's top `depth`, so it is a `Retriever` like any other.
 
     Example:
         >>> from uhdsearch.types import Document
@@ -97,7 +94,7 @@ class SumOfMaxReranker:
     """
 
     def __init__(self, backbone: Backbone, doc_ids: Sequence[str], doc_tokens: torch.Tensor, offsets: np.ndarray,
-                 first_stage=None, depth: int = 100, token_transform: TokenTransform | None = None,
+                 first_stage: Retriever | None = None, depth: int = 100, token_transform: TokenTransform | None = None,
                  normalize: bool = True, query_max_length: int = 256, name: str = "sum-of-max") -> None:
         if offsets.shape[0] != len(doc_ids) + 1 or int(offsets[-1]) != doc_tokens.shape[0]:
             raise UsageError(f"offsets ({offsets.shape[0]}) and tokens ({doc_tokens.shape[0]}) do not match "
@@ -116,18 +113,18 @@ class SumOfMaxReranker:
 
     @classmethod
     def build(
-        cls, corpus: Mapping[str, Document] | Sequence[Document], backbone: Backbone, first_stage=None,
-        states: TokenStates | None = None, token_transform: TokenTransform | None = None, normalize: bool = True,
-        depth: int = 100, max_length: int = 256, name: str = "sum-of-max", show_progress: bool = True,
+        cls, corpus: Mapping[str, Document] | Sequence[Document], backbone: Backbone,
+        first_stage: Retriever | None = None, states: TokenStates | None = None,
+        token_transform: TokenTransform | None = None, normalize: bool = True, depth: int = 100,
+        max_length: int = 256, name: str = "sum-of-max", show_progress: bool = True,
     ) -> SumOfMaxReranker:
         """Keep every document's last-layer token states (transformed, normalized, bfloat16) for re-ranking.
 
         Args:
-            first_stage: any retriever with search(queries, k); needed by `search`, not by `rerank`.
+            first_stage: any `Retriever` (``search(queries, k) -> Run``); needed by `search`, not by `rerank`.
             states: backbone states of the corpus documents including the last layer; computed if None.
         """
-        documents = _documents(corpus)
-        states = _document_states(backbone, documents, states, max_length, show_progress)
+        documents, states = corpus_states(backbone, corpus, states, max_length, show_progress)
         source = states.layer(backbone.n_layers)
         chunks = []
         with torch.no_grad():

@@ -129,7 +129,7 @@ class SpladeEncoder:
 
 
 class SpladeRetriever:
-    """SPLADE search over a weighted inverted index with the vocabulary as dimensions.
+    """SPLADE search over a weighted inverted index with the vocabulary as dimensions; a `Retriever`.
 
     Example:
         >>> from uhdsearch.types import Document

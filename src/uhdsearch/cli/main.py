@@ -62,8 +62,8 @@ def quickstart(
                                    "a kill leaves it old or new)."),
 ) -> None:
     """Train a UHD model, index the collection, and compare UHD, BM25 and dense retrieval."""
-    from uhdsearch.quickstart import run_quickstart
-    from uhdsearch.training.presets import preset as named_preset
+    from uhdsearch.recipes.quickstart import run_quickstart
+    from uhdsearch.recipes.presets import preset as named_preset
 
     check_output_dir(out, {"--data": data, "--backbone": backbone})
     recipe = named_preset(preset) if preset is not None else None
@@ -86,7 +86,7 @@ def train(
     split: Optional[str] = typer.Option("train", "--split", help="qrels split with training pairs ('' = ICT only)."),
     backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
     preset: str = typer.Option("quickstart", "--preset", help="Settings to start from: quickstart, fast or paper "
-                               "(uhdsearch.training.presets); the options below override them."),
+                               "(uhdsearch.recipes.presets); the options below override them."),
     dim: Optional[int] = typer.Option(None, "--dim"),
     wta_k: Optional[int] = typer.Option(None, "--wta-k"),
     query_k: Optional[int] = typer.Option(None, "--query-k", help="Query truncation (Table 4); 0 keeps every "
@@ -123,8 +123,8 @@ def train(
     from uhdsearch.encoder.backbone import Backbone
     from uhdsearch.encoder.model import UHDEncoder
     from uhdsearch.evaluation.datasets import load_beir
-    from uhdsearch.training.presets import preset as named_preset
-    from uhdsearch.training.recipe import load_train_split, train_on_collection
+    from uhdsearch.recipes.presets import preset as named_preset
+    from uhdsearch.recipes.recipe import load_train_split, train_on_collection
 
     check_output_dir(out, {"--data": data, "--backbone": backbone})
     if out.exists() and not overwrite:
@@ -313,7 +313,7 @@ def compare_systems(
                                                       "max_df=0.2, length_norm=none); repeatable."),
 ) -> None:
     """Build or train each system, evaluate on --split, print a table with paired t-tests against bm25."""
-    from uhdsearch.experiments import SYSTEMS, run_comparison
+    from uhdsearch.experiments import SYSTEMS, compare
 
     if list_systems:
         typer.echo("\n".join(SYSTEMS))
@@ -327,9 +327,9 @@ def compare_systems(
     if document_max_length <= 0:
         raise UsageError(f"--document-max-length {document_max_length} must be a positive integer")
     options = _search_options(search_option or [])
-    report = run_comparison(data, systems, train_data_dir=train_data, split=split, fast=fast, backbone=backbone,
-                            uhd_model=uhd_model, max_length=document_max_length, k=k, out_path=out, overwrite=overwrite,
-                            search_options=options)
+    report = compare(data, systems, train_data_dir=train_data, split=split, fast=fast, backbone=backbone,
+                     uhd_model=uhd_model, max_length=document_max_length, k=k, out_path=out, overwrite=overwrite,
+                     search_options=options)
     typer.echo(report.format_table())
     if out is not None:
         typer.echo(f"wrote {out}")

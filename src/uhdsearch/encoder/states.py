@@ -5,7 +5,7 @@ baseline can share one backbone pass instead of three (the backbone is most of a
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from uhdsearch.encoder.backbone import tokenize_texts
 from uhdsearch.encoder.modes import evaluating
 from uhdsearch.errors import UsageError
+from uhdsearch.types import Document
 
 
 @dataclass
@@ -32,9 +33,11 @@ class TokenStates:
 
     @property
     def n(self) -> int:
+        """The number of texts."""
         return int(self.offsets.shape[0] - 1)
 
     def layer(self, layer: int) -> torch.Tensor:
+        """(n_tokens, hidden) bfloat16 states of backbone layer `layer` (one of `layers`)."""
         return self.states[self.layers.index(layer)]
 
     def select(self, layers: Sequence[int]) -> TokenStates:
@@ -70,7 +73,20 @@ def compute_token_states(
     backbone, texts: Sequence[str], layers: Sequence[int], max_length: int, batch_size: int = 32,
     show_progress: bool = True, desc: str = "backbone",
 ) -> TokenStates:
-    """Run the backbone once over `texts` (length-sorted batches) and keep the requested layers' states."""
+    """Run the backbone once over `texts` (length-sorted batches) and keep the requested layers' states.
+
+    Args:
+        backbone: a Backbone (its tokenizer truncates; its forward returns the asked layers' hidden states).
+        texts: the texts, in the order the result's rows follow.
+        layers: absolute backbone layers to keep (0 = the embeddings, `backbone.n_layers` = the last).
+        max_length: token limit per text, special tokens included.
+        batch_size: texts per forward pass.
+        show_progress: a tqdm bar on stderr.
+        desc: the bar's label.
+
+    Returns:
+        TokenStates of `texts`: per layer (n_tokens, hidden) bfloat16, packed without padding.
+    """
     texts = list(texts)
     tokenizer = backbone.tokenizer
     enc = tokenize_texts(tokenizer, texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
@@ -93,3 +109,45 @@ def compute_token_states(
             bar.update(len(rows))
     char_spans = np.array([s for text_spans in spans for s in text_spans], dtype=np.int32).reshape(-1, 2)
     return TokenStates(list(layers), out, offsets, char_spans)
+
+
+def corpus_states(
+    backbone, corpus: Mapping[str, Document] | Sequence[Document], states: TokenStates | None = None,
+    max_length: int = 256, show_progress: bool = True,
+) -> tuple[list[Document], TokenStates]:
+    """A corpus as a list of Documents, with token states of them that hold the backbone's last layer.
+
+    The dense, DE-k, ME-m and sum-of-max systems all index from the last layer. States computed once for the
+    corpus (`compute_token_states`, shared by every system of a comparison) are reused when they hold that
+    layer; otherwise the backbone runs over the documents' full texts here.
+
+    Args:
+        backbone: the Backbone the states come from; its last layer is `backbone.n_layers`.
+        corpus: {doc_id: Document} or a sequence of Documents; this order is the states' row order.
+        states: token states of exactly these documents (any layers), or None to compute them.
+        max_length: document token limit of a new backbone pass.
+        show_progress: a tqdm bar on stderr during a new backbone pass.
+
+    Returns:
+        (documents, states): the Documents in corpus order, and token states with one row per document that
+        include layer `backbone.n_layers` (bfloat16, as compute_token_states keeps them).
+
+    Raises:
+        UsageError: the corpus is empty, or `states` covers another number of texts than the corpus has.
+
+    Example:
+        >>> corpus_states(None, [])
+        Traceback (most recent call last):
+        ...
+        uhdsearch.errors.UsageError: the corpus is empty: nothing to index
+    """
+    documents = list(corpus.values()) if isinstance(corpus, Mapping) else list(corpus)
+    if not documents:
+        raise UsageError("the corpus is empty: nothing to index")
+    last = backbone.n_layers
+    if states is None or last not in states.layers:
+        states = compute_token_states(backbone, [d.full_text for d in documents], [last], max_length,
+                                      show_progress=show_progress, desc="backbone documents")
+    if states.n != len(documents):
+        raise UsageError(f"states cover {states.n} texts but the corpus has {len(documents)} documents")
+    return documents, states

@@ -113,7 +113,9 @@ def compare(
     """Score several systems on the same queries and test each against a baseline.
 
     Args:
-        systems: name -> a Run, or a retriever with ``search(queries, k) -> Run`` that is called here.
+        systems: name -> a Run, or a `Retriever` (anything with ``search(queries, k) -> Run``: a Searcher,
+            BM25Retriever, ...) that is called here. To build registered systems by name on a collection
+            instead, see `uhdsearch.experiments.compare`.
         queries: The queries to send to retrievers ({query_id: text} or Query records).
         qrels: query_id -> doc_id -> relevance; the judged queries are those with a relevance > 0.
         measures: ir_measures names, e.g. ``("nDCG@10", "R@100")``.

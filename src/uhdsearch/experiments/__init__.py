@@ -5,8 +5,9 @@
     ['bm25', 'bm25-uni', 'bm25-bi', 'splade-tiny']
 
 Layout: `registry` (name -> System), `context` (SystemContext: shared backbone pass, caches, dev split),
-`systems/` (one module per family; each registers its systems), `runner` (run_comparison), `report`
-(ComparisonReport, the result JSON).
+`systems/` (one module per family; each registers its systems), `runner` (`compare`: build the named systems
+on a collection and compare them, `uhdsearch compare`'s call), `report` (ComparisonReport, the result JSON).
+`run_comparison` is the deprecated name of `compare` (one release).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from uhdsearch.experiments.registry import BASELINE, SYSTEMS, System, build_syst
 from uhdsearch.experiments import systems  # noqa: E402,F401  (registers every system)
 from uhdsearch.experiments.context import CachedRetriever, SystemContext
 from uhdsearch.experiments.report import ComparisonReport
-from uhdsearch.experiments.runner import run_comparison
+from uhdsearch.experiments.runner import compare, run_comparison  # noqa: F401  (run_comparison: deprecated)
 
 __all__ = ["BASELINE", "SYSTEMS", "CachedRetriever", "ComparisonReport", "System", "SystemContext", "build_system",
-           "register", "resolve_systems", "run_comparison"]
+           "compare", "register", "resolve_systems"]

@@ -3,7 +3,7 @@
 Every builder is
 
     build_<system>(corpus, queries_train=None, qrels_train=None, backbone_dir=None, states=None,
-                   *, max_length=256, show_progress=False, **options) -> retriever with search(queries, k)
+                   *, max_length=256, show_progress=False, **options) -> a Retriever (search(queries, k) -> Run)
 
 corpus: doc_id -> Document (its order fixes doc numbers); queries_train / qrels_train: labelled training data
 (None: Inverse Cloze Task pairs only; untrained systems ignore them); backbone_dir: a local Hugging Face
@@ -28,14 +28,13 @@ import torch
 
 from uhdsearch.errors import UsageError
 from uhdsearch.baselines.dual_encoder import (
-    DualEncoder, DualEncoderArgs, DualEncoderHead, _document_states, _documents, build_dual_encoder, embed_states,
-    mean_tokens, train_dual_encoder,
+    DualEncoder, DualEncoderArgs, DualEncoderHead, build_dual_encoder, embed_states, mean_tokens, train_dual_encoder,
 )
 from uhdsearch.baselines.flows import NICE, Flow, Glow
 from uhdsearch.baselines.multivector import SumOfMaxReranker, build_multivector
 from uhdsearch.baselines.whitening import Whitening, pooled_embedder, sample_tokens
 from uhdsearch.encoder.backbone import Backbone
-from uhdsearch.encoder.states import TokenStates
+from uhdsearch.encoder.states import TokenStates, corpus_states
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
 from uhdsearch.types import Document, Qrels, Query
 
@@ -269,8 +268,7 @@ def setup(corpus, backbone_dir: BackboneArg, states: TokenStates | None, max_len
     """(backbone, documents, states): the loaded backbone, the corpus as a list, and its token states
     (the given ones, or one backbone pass)."""
     backbone = _backbone(backbone_dir)
-    documents = _documents(corpus)
-    return backbone, documents, _document_states(backbone, documents, states, max_length, show_progress)
+    return (backbone, *corpus_states(backbone, corpus, states, max_length, show_progress))
 
 
 def _fit(states: TokenStates, fit_states: TokenStates | None) -> TokenStates:

@@ -172,7 +172,7 @@ class SystemContext:
 
 
 class CachedRetriever:
-    """A retriever whose runs are memoized per (queries, k); a smaller k is cut from a larger cached run.
+    """A `Retriever` whose runs are memoized per (queries, k); a smaller k is cut from a larger cached run.
 
     Every uhdsearch retriever's top k is the head of its top K (fixed tie rule), so the cut is exact.
 

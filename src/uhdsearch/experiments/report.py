@@ -13,7 +13,7 @@ from uhdsearch.types import Retriever
 
 @dataclass
 class ComparisonReport:
-    """What `run_comparison` returns.
+    """What `uhdsearch.experiments.compare` returns: the result JSON, the comparison and the built systems.
 
     Attributes:
         results: The JSON written to `out_path` (dataset, split, systems -> measures, p_values, seconds, config).

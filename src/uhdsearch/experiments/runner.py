@@ -1,14 +1,19 @@
-"""The one comparison: build or train every chosen system on a BEIR collection, evaluate, test against BM25."""
+"""The one comparison: build or train every chosen system on a BEIR collection, evaluate, test against BM25.
+
+`compare` here is `uhdsearch compare`'s library call; it builds the systems by name (the registry) and hands
+their runs to `uhdsearch.compare` (evaluation/experiment.py), which scores and tests systems already in hand.
+"""
 from __future__ import annotations
 
 import logging
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from uhdsearch.evaluation.experiment import compare
+from uhdsearch.evaluation import experiment as evaluation
 from uhdsearch.evaluation.metrics import DEFAULT_MEASURES
 from uhdsearch.experiments.context import SystemContext
 from uhdsearch.experiments.registry import BASELINE, resolve_systems
@@ -20,7 +25,7 @@ from uhdsearch.types import Retriever, Run, check_k
 logger = logging.getLogger(__name__)
 
 
-def run_comparison(
+def compare(
     data_dir: str | os.PathLike | None = None,
     systems: str | Sequence[str] | None = None,
     train_data_dir: str | os.PathLike | None = None,
@@ -37,7 +42,10 @@ def run_comparison(
     show_progress: bool = True,
     search_options: Any = None,
 ) -> ComparisonReport:
-    """Build or train each system on one collection, search its `split`, compare with BM25, write JSON.
+    """Build or train each registered system on one collection, search its `split`, compare with BM25, write JSON.
+
+    The library call of `uhdsearch compare`. To compare systems you already hold (Runs or any `Retriever`)
+    on your own queries and qrels, call `uhdsearch.compare` (this function does, after building them).
 
     Args:
         data_dir: BEIR-layout collection (default: the bundled SciFact).
@@ -72,6 +80,12 @@ def run_comparison(
         ValueError: an unknown system name or k <= 0.
         FileExistsError: `out_path` exists and not `overwrite`.
         FileNotFoundError: a missing collection or split.
+
+    Example:
+        >>> from uhdsearch.experiments import compare
+        >>> report = compare(systems="bm25", k=10, measures=["nDCG@10"], show_progress=False)  # bundled SciFact
+        >>> report.results["n_queries"], report.results["systems"]
+        (300, {'bm25': {'nDCG@10': 0.6569}})
     """
     names = resolve_systems(systems)
     check_k(k)
@@ -91,9 +105,22 @@ def run_comparison(
         runs[name] = built[name].search(ctx.data.queries, k)
         search_seconds[name] = time.perf_counter() - start
         logger.info("%s: built in %.1f s, searched in %.1f s", name, ctx.build_seconds[name], search_seconds[name])
-    comparison = compare(runs, ctx.data.queries, ctx.data.qrels, measures, baseline=BASELINE, k=k)
+    comparison = evaluation.compare(runs, ctx.data.queries, ctx.data.qrels, measures, baseline=BASELINE, k=k)
     results = results_json(ctx, comparison, names, split, search_seconds)
     if out_path is not None:
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
         write_json(out_path, results)
     return ComparisonReport(results, comparison, built)
+
+
+def run_comparison(*args: Any, **kwargs: Any) -> ComparisonReport:
+    """Deprecated name of `compare` (same arguments, same result); removed in the next release.
+
+    Issue 34 gave running a comparison one name, `compare`, as the CLI command already had.
+
+    Warns:
+        DeprecationWarning: on every call, naming `uhdsearch.experiments.compare`.
+    """
+    warnings.warn("uhdsearch.experiments.run_comparison is deprecated; call uhdsearch.experiments.compare "
+                  "(the same arguments)", DeprecationWarning, stacklevel=2)
+    return compare(*args, **kwargs)

@@ -43,7 +43,10 @@ class _Plan:
 
 
 class Searcher:
-    """Full ranking and re-ranking with a UHD encoder over an inverted index.
+    """The UHD `Retriever`: full ranking and re-ranking with a query encoder over a SearchableIndex.
+
+    `search(queries, k) -> Run` is the `uhdsearch.types.Retriever` protocol every system shares (BM25Retriever,
+    DenseRetriever, ...), so a Searcher goes wherever they go (`compare`, `HybridRetriever`, teachers).
 
     The keyword arguments are the default SearchOptions of `search` and `rerank` (search/options.py documents
     each one, its default and its range); `options=` gives them as one SearchOptions instead, and each call may

@@ -1,7 +1,7 @@
 """The training study (issue 16 item 8): each training recipe on each collection, scored as deployed.
 
 For every collection and every named recipe a fresh head (same seed, so the same untrained start) is centred and
-trained by training/recipe.py, with dev early stopping in which step 0 competes; the kept head is then scored
+trained by recipes/recipe.py, with dev early stopping in which step 0 competes; the kept head is then scored
 ONCE on the test split, binary and weighted, beside the untrained head. Nothing is chosen on test: the study
 reports every recipe, and names the one its dev split would pick. Queries are cut at a fixed token limit per
 collection (chosen earlier on each dev split, benchmarks/results/query_length_*.json), so recipes compare on one
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 # Corpus queries' positives: the source passage and sum-of-max's top 3; a negative from its ranks 10-30.
 _MINED = {"teacher": "sum-of-max", "mined_positives": 3, "teacher_negative_depth": 30, "negative_skip": 10,
           "epochs": 1.0}
-# Overrides of the quickstart preset (training/presets.py); each label is a row of the study.
+# Overrides of the quickstart preset (recipes/presets.py); each label is a row of the study.
 RECIPES: dict[str, dict[str, Any]] = {
     # the paper's Eq. 8 on float scores at the learning rate a head needs (README "Ablations")
     "hinge (Eq. 8), float scores": {"loss": "hinge", "binary_aware": False, "learning_rate": 1e-4},
@@ -41,7 +41,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "same + df penalty 1e-2 (tau 0.1)": {"density_weight": 1e-2, "density": "df", "tau": 0.1},
     "KL from dense, binarized": {"loss": "kl", "teacher": "dense"},
     "KL from sum-of-max, binarized": {"loss": "kl", "teacher": "sum-of-max"},
-    # issue 16 items 1-2 (training/mining.py). Mined positives triple the pairs: one epoch keeps the step count.
+    # issue 16 items 1-2 (recipes/mining.py). Mined positives triple the pairs: one epoch keeps the step count.
     "InfoNCE binarized, sum-of-max-mined positives (top 3) and negatives": {**_MINED},
     "KL from sum-of-max over mined positives and negatives": {**_MINED, "loss": "kl"},
     "InfoNCE binarized, mined positives, ANCE negatives re-mined every 30 steps": {
@@ -118,7 +118,7 @@ def _collection_rows(data_dir, recipes, options, cache_dir: Path) -> list[dict[s
     from uhdsearch.encoder.backbone import Backbone
     from uhdsearch.encoder.states import compute_token_states
     from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
-    from uhdsearch.training.recipe import load_train_split
+    from uhdsearch.recipes.recipe import load_train_split
 
     data_dir = Path(data_dir) if data_dir else bundled_dataset_dir("scifact")
     data = load_beir(data_dir, "test")
@@ -154,7 +154,7 @@ def _collection_rows(data_dir, recipes, options, cache_dir: Path) -> list[dict[s
 
 
 def _recipe(overrides: dict[str, Any], collection: str, options: dict[str, Any]):
-    from uhdsearch.training.presets import preset
+    from uhdsearch.recipes.presets import preset
 
     if not isinstance(options["common"], dict):
         raise UsageError("common: give a JSON object {setting: value}")
@@ -196,7 +196,7 @@ def _key(data_dir: Path, recipe, options: dict[str, Any], extra: str = "") -> st
 
 def _changed_settings(recipe) -> dict[str, Any]:
     from uhdsearch.encoder.config import EncoderConfig
-    from uhdsearch.training.recipe import Recipe
+    from uhdsearch.recipes.recipe import Recipe
     from uhdsearch.training.trainer import TrainingArgs
 
     # dev_length_norm's default before session 15, so the rows cached before it keep their keys
@@ -226,7 +226,7 @@ def _untrained_row(backbone, recipe, documents, data, states) -> dict[str, Any]:
 
 def _trained_row(backbone, recipe, documents, train_data, data, states) -> dict[str, Any]:
     from uhdsearch.encoder.model import UHDEncoder
-    from uhdsearch.training.recipe import train_on_collection
+    from uhdsearch.recipes.recipe import train_on_collection
 
     model = UHDEncoder(backbone, recipe.encoder)
     start = time.perf_counter()

@@ -44,8 +44,8 @@ def untrained_dir(data_dir: Path, cache_root: Path, backbone: str | None = None,
     from uhdsearch.encoder.states import compute_token_states
     from uhdsearch.evaluation.datasets import load_corpus
     from uhdsearch.io import atomic_directory
-    from uhdsearch.quickstart import write_model_and_indexes
-    from uhdsearch.training.presets import PRESETS
+    from uhdsearch.recipes.quickstart import write_model_and_indexes
+    from uhdsearch.recipes.presets import PRESETS
 
     name = f"{backbone or 'minilm'}-{Path(data_dir).resolve().name}" + (f"-dim{dim}" if dim else "")
     out = Path(cache_root) / UNTRAINED / name

@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 
 class TeacherScorer(Protocol):
-    """What the loop asks of a teacher (implementations: training/teachers.py): scores of texts x corpus rows."""
+    """What the loop asks of a teacher (implementations: recipes/teachers.py): scores of texts x corpus rows."""
 
     name: str
 
@@ -119,7 +119,7 @@ class TrainingResult:
     evals: list[tuple[int, float]] = field(default_factory=list)
     best_step: int | None = None
     best_score: float | None = None
-    selection: dict = field(default_factory=dict)  # what was chosen on dev after the loop (training/recipe.py)
+    selection: dict = field(default_factory=dict)  # what was chosen on dev after the loop (recipes/recipe.py)
     remined_at: list[int] = field(default_factory=list)  # steps at which the `remine` hook gave new negatives
 
 
@@ -148,7 +148,7 @@ def train(
             loss="kl" and "margin_mse", and of the `distill_weight` x KL term added to any loss.
         eval_fn: called every `eval_every` steps with the model; higher is better; the best weights are kept.
         remine: called with the model at step 0 and every `args.remine_every` steps; returns one negative row (or
-            None) per pair that replaces `hard_negatives` (ANCE; e.g. training/mining.ModelMiner).
+            None) per pair that replaces `hard_negatives` (ANCE; e.g. recipes/mining.ModelMiner).
     Raises:
         ValueError: no pairs, hard_negatives of the wrong length, or a loss without what it needs.
     """

@@ -10,8 +10,8 @@ from uhdsearch.experiments.context import SystemContext
 from uhdsearch.experiments.registry import register
 from uhdsearch.experiments.systems.family import register_family
 from uhdsearch.search.options import SearchOptions
-from uhdsearch.training.presets import PRESETS
-from uhdsearch.training.recipe import cached_layers, train_on_collection
+from uhdsearch.recipes.presets import PRESETS
+from uhdsearch.recipes.recipe import cached_layers, train_on_collection
 from uhdsearch.types import Retriever
 
 __all__ = ["uhd_model"]

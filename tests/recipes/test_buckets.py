@@ -7,9 +7,9 @@ import torch
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.errors import UsageError
 from uhdsearch.evaluation.datasets import load_beir
-from uhdsearch.training.buckets import (PAPER_GRID, bucket_config, bucket_scores, combine, rank, train_jointly,
+from uhdsearch.recipes.buckets import (PAPER_GRID, bucket_config, bucket_scores, combine, rank, train_jointly,
                                         train_separately, tune_weights, weight_grid)
-from uhdsearch.training.recipe import Recipe, train_on_collection
+from uhdsearch.recipes.recipe import Recipe, train_on_collection
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from uhdsearch.evaluation.datasets import BeirData
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.sparse import SparseEncoding
 from uhdsearch.topk import top_k
-from uhdsearch.training.recipe import Recipe, train_on_collection
+from uhdsearch.recipes.recipe import Recipe, train_on_collection
 from uhdsearch.training.trainer import TrainingResult
 from uhdsearch.types import Document, Run, ScoredDoc
 
@@ -86,7 +86,20 @@ def train_jointly(
     backbone, documents: list[Document], train_data: BeirData | None, recipe: Recipe, states: TokenStates,
     query_states: TokenStates | None = None, show_progress: bool = True,
 ) -> tuple[UHDEncoder, TrainingResult]:
-    """Train every bucket of `recipe.encoder` at once through the summed, bucket-weighted score."""
+    """Train every bucket of `recipe.encoder` at once through the summed, bucket-weighted score.
+
+    Args:
+        backbone: the frozen Backbone the states come from.
+        documents: the corpus list (its order is the rows of `states`).
+        train_data: the collection's train split (qrels pairs), or None for ICT pairs only.
+        recipe: the settings; its `encoder` names the bucket layers and weights.
+        states: token states of `documents` holding every bucket layer.
+        query_states: token states of the training queries, when already computed (shared by several runs).
+        show_progress: tqdm bars on stderr.
+
+    Returns:
+        (model, result): the trained multi-bucket UHDEncoder and its TrainingResult (dev curve, kept step).
+    """
     model = UHDEncoder(backbone, recipe.encoder)
     result, _ = train_on_collection(model, documents, train_data, dataclasses.replace(recipe, query_lengths=()),
                                     states=states, query_states=query_states, show_progress=show_progress)

@@ -1,4 +1,4 @@
-"""Mined positives and negatives (training/mining.py): teacher-mined positives are the teacher's top m, a mined
+"""Mined positives and negatives (recipes/mining.py): teacher-mined positives are the teacher's top m, a mined
 negative is never a positive, and ANCE re-mines from the model's own ranking at the configured steps."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 
 from uhdsearch.encoder.states import compute_token_states
 from uhdsearch.training.data import TrainingPair, ict_pairs
-from uhdsearch.training.mining import ModelMiner, rank_for_mining, teacher_mined_pairs
+from uhdsearch.recipes.mining import ModelMiner, rank_for_mining, teacher_mined_pairs
 from uhdsearch.training.negatives import positives_by_query, teacher_negatives
-from uhdsearch.training.recipe import Recipe, train_on_collection
-from uhdsearch.training.teachers import CachedTeacher, DenseTeacher
+from uhdsearch.recipes.recipe import Recipe, train_on_collection
+from uhdsearch.recipes.teachers import CachedTeacher, DenseTeacher
 from uhdsearch.training.trainer import TrainingArgs, train
 from uhdsearch.types import Document
 

@@ -2,7 +2,7 @@
 
 One backbone pass over the corpus feeds everything (the backbone stays frozen in the default recipe):
 training, the UHD index and the dense baseline all reuse the same token states. The recipe is
-training/recipe.py's; this module only wires the steps, writes the files and returns the numbers
+recipes/recipe.py's; this module only wires the steps, writes the files and returns the numbers
 (the CLI prints them). Every output is written into a staging directory beside `out_dir` and swapped in as one
 unit (uhdsearch.io.atomic_directory), so after a kill `out_dir` holds the previous run's outputs or this one's.
 """
@@ -33,8 +33,8 @@ from uhdsearch.index.inverted import BinaryIndex, WeightedIndex
 from uhdsearch.io import atomic_directory, read_json, recover_directory, write_json
 from uhdsearch.search.options import SearchOptions
 from uhdsearch.search.searcher import Searcher
-from uhdsearch.training.presets import PRESETS
-from uhdsearch.training.recipe import Recipe, cached_layers, load_train_split, train_on_collection
+from uhdsearch.recipes.presets import PRESETS
+from uhdsearch.recipes.recipe import Recipe, cached_layers, load_train_split, train_on_collection
 from uhdsearch.training.trainer import TrainingResult
 
 FAST_DOCUMENTS = 1_200  # --fast: the corpus is cut to this many documents, judged ones first
@@ -73,7 +73,7 @@ def run_quickstart(
 
     Args:
         fast: Subsample the corpus to FAST_DOCUMENTS and, unless `recipe` is given, use the "fast" preset.
-        recipe: Default: the "quickstart" preset (training/presets.py).
+        recipe: Default: the "quickstart" preset (recipes/presets.py).
 
     Returns:
         The numbers, with the dicts written to results.json and extra_results.json.
@@ -178,7 +178,18 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
 
 def write_model_and_indexes(stage: Path, model: UHDEncoder, encoded: Any, doc_ids: list[str],
                             model_card: str | None = None) -> tuple[BinaryIndex, WeightedIndex]:
-    """Write model/, index-binary/ and index-weighted/ into `stage`; each index records the model's digest."""
+    """Write model/, index-binary/ and index-weighted/ into `stage`; each index records the model's digest.
+
+    Args:
+        stage: the directory being filled (the quickstart's staging directory, swapped in whole afterwards).
+        model: the trained encoder, saved with `save_pretrained`.
+        encoded: the documents' SparseEncoding by `model`, in `doc_ids` order.
+        doc_ids: external ids, one per encoded document.
+        model_card: README.md text of the model directory (None: save_pretrained's default).
+
+    Returns:
+        (binary, weighted): the two indexes, as written.
+    """
     model.save_pretrained(stage / "model", model_card=model_card)
     digest = model.digest()
     binary = BinaryIndex.from_encoding(encoded, doc_ids, stage / "index-binary", digest)

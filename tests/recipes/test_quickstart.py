@@ -5,8 +5,8 @@ import pytest
 from uhdsearch.baselines.bm25 import BM25Retriever
 from uhdsearch.evaluation.metrics import evaluate
 from uhdsearch.index.inverted import InvertedIndex
-from uhdsearch.quickstart import load_results, run_quickstart
-from uhdsearch.training.recipe import Recipe
+from uhdsearch.recipes.quickstart import load_results, run_quickstart
+from uhdsearch.recipes.recipe import Recipe
 
 
 @pytest.fixture(scope="module")

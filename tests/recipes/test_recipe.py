@@ -1,4 +1,4 @@
-"""The training recipe (uhdsearch.training.recipe) and its presets: settings, pairs and dev split, training."""
+"""The training recipe (uhdsearch.recipes.recipe) and its presets: settings, pairs and dev split, training."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +10,8 @@ import torch
 
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.evaluation.datasets import load_beir
-from uhdsearch.training.presets import FAST, PRESETS, preset
-from uhdsearch.training.recipe import Recipe, load_train_split, train_on_collection, training_pairs
+from uhdsearch.recipes.presets import FAST, PRESETS, preset
+from uhdsearch.recipes.recipe import Recipe, load_train_split, train_on_collection, training_pairs
 from uhdsearch.training.trainer import TrainingArgs
 
 # The quickstart's settings: the encoder as before, the training recipe chosen on SciFact dev
@@ -119,7 +119,7 @@ def test_train_on_collection_with_unfrozen_top_layer_and_dev_early_stopping(tiny
 
 def test_without_qrels_the_dev_split_is_held_out_corpus_queries_judged_by_the_teacher(tiny_encoder, mini_data):
     from uhdsearch.encoder.states import compute_token_states
-    from uhdsearch.training.recipe import build_teacher, teacher_judged
+    from uhdsearch.recipes.recipe import build_teacher, teacher_judged
 
     documents = list(mini_data.corpus.values())
     recipe = Recipe(ict_per_document=2, dev_share=0.25, eval_every=5, judged_depth=3)
@@ -158,7 +158,7 @@ def test_an_unlabelled_collection_trains_with_teacher_judged_early_stopping(tiny
 def test_the_head_and_query_length_are_chosen_together_on_dev_and_ties_keep_the_untrained_head(tiny_encoder):
     import copy
 
-    from uhdsearch.training.recipe import choose_head_and_query_length, trainable_state
+    from uhdsearch.recipes.recipe import choose_head_and_query_length, trainable_state
 
     untrained = trainable_state(tiny_encoder, 0)
     assert untrained and all(k.startswith("buckets.") for k in untrained)
@@ -208,7 +208,7 @@ def test_dev_length_norm_scores_the_dev_split_as_search_does(tiny_encoder, mini_
     from uhdsearch.evaluation.metrics import evaluate
     from uhdsearch.index.inverted import BinaryIndex
     from uhdsearch.search.searcher import Searcher
-    from uhdsearch.training.recipe import dev_evaluator
+    from uhdsearch.recipes.recipe import dev_evaluator
 
     documents = list(mini_data.corpus.values())
     queries = mini_data.queries[:20]

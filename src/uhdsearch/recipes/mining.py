@@ -20,7 +20,7 @@ from uhdsearch.encoder.states import TokenStates
 from uhdsearch.topk import top_k
 from uhdsearch.training.data import TrainingPair
 from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query, teacher_negatives
-from uhdsearch.training.teachers import CachedTeacher, TeacherRankings, rank_with_teacher
+from uhdsearch.recipes.teachers import CachedTeacher, TeacherRankings, rank_with_teacher
 from uhdsearch.types import Document
 
 logger = logging.getLogger(__name__)

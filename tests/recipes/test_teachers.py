@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from uhdsearch.training.teachers import (BM25Teacher, CachedTeacher, DenseTeacher, HybridTeacher, RetrieverTeacher,
+from uhdsearch.recipes.teachers import (BM25Teacher, CachedTeacher, DenseTeacher, HybridTeacher, RetrieverTeacher,
                                          SumOfMaxTeacher, rank_with_teacher)
 from uhdsearch.types import Document, Run, ScoredDoc
 

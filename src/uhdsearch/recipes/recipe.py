@@ -31,9 +31,9 @@ from uhdsearch.index.base import check_length_norm
 from uhdsearch.search.lengthnorm import LENGTH_NORM
 from uhdsearch.training.data import TrainingPair, ict_pairs, pairs_from_qrels
 from uhdsearch.training.dev_checks import DevCheck, DevSplit, announce
-from uhdsearch.training.mining import ModelMiner, mine_with_teacher
+from uhdsearch.recipes.mining import ModelMiner, mine_with_teacher
 from uhdsearch.training.negatives import hard_negatives_from_rankings, positives_by_query
-from uhdsearch.training.teachers import CachedTeacher, DenseTeacher, SumOfMaxTeacher, rank_with_teacher
+from uhdsearch.recipes.teachers import CachedTeacher, DenseTeacher, SumOfMaxTeacher, rank_with_teacher
 from uhdsearch.training.trainer import TeacherScorer, TrainingArgs, TrainingResult, train
 from uhdsearch.training.transfer import load_head
 from uhdsearch.types import Document, Query
@@ -85,7 +85,7 @@ class Recipe:
     # deployed score"), or 0: plain counts, what every figure before session 15 chose with.
     dev_length_norm: float = LENGTH_NORM
     judged_depth: int = 10
-    # Mining (training/mining.py). Corpus (ICT) queries: the teacher's top `mined_positives` are positives beside
+    # Mining (recipes/mining.py). Corpus (ICT) queries: the teacher's top `mined_positives` are positives beside
     # the source passage; `teacher_negative_depth` > 0: one negative per pair from the teacher's ranks
     # `negative_skip`..depth, never a positive. ANCE: with `remine_every` (a TrainingArgs field) the negatives are
     # re-mined from the model's own ranking of `remine_documents` sampled passages, ranks `negative_skip`..
@@ -284,7 +284,16 @@ def choose_head_and_query_length(
 
 
 def bm25_negatives(documents: Sequence[Document], pairs: Sequence[TrainingPair], depth: int) -> list[int | None]:
-    """One BM25 hard negative per pair (a document row, or None) from its query's top `depth`, never a positive."""
+    """One BM25 hard negative per pair (a document row, or None) from its query's top `depth`, never a positive.
+
+    Args:
+        documents: the corpus list; a negative is a row of it.
+        pairs: training pairs; their query texts are searched once each.
+        depth: BM25 hits per query to draw from.
+
+    Returns:
+        One row or None (no candidate that is not a positive) per pair, in `pairs` order.
+    """
     bm25 = BM25Retriever.build(documents, show_progress=False)
     queries = sorted({p.query for p in pairs})
     run = bm25.search({str(i): q for i, q in enumerate(queries)}, k=depth)

@@ -22,7 +22,7 @@ from uhdsearch.errors import UsageError
 from uhdsearch.io import atomic_save_npy, load_npy
 from uhdsearch.topk import top_k
 from uhdsearch.training.trainer import TeacherScorer
-from uhdsearch.types import Document
+from uhdsearch.types import Document, Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,10 @@ class DenseTeacher:
         self.name = name
 
     def scores(self, queries: Sequence[str], doc_rows: Sequence[int]) -> torch.Tensor:
+        """Cosines of the query texts' vectors with the rows' vectors (new query texts are encoded once).
+
+        Returns (len(queries), len(doc_rows)) float32: `queries` are texts, `doc_rows` rows of the corpus list.
+        """
         missing = sorted({t for t in queries if t not in self.query_vectors})
         if missing:
             if self.encode_queries is None:
@@ -91,6 +95,10 @@ class SumOfMaxTeacher:
         return cls(reranker.doc_tokens, reranker.offsets, encode, reranker.name)
 
     def scores(self, queries: Sequence[str], doc_rows: Sequence[int]) -> torch.Tensor:
+        """Sum-of-max late-interaction scores of the query texts against the rows' token states.
+
+        Returns (len(queries), len(doc_rows)) float32: `queries` are texts, `doc_rows` rows of the corpus list.
+        """
         from uhdsearch.baselines.multivector import sum_of_max
 
         missing = sorted({t for t in queries if t not in self._query_tokens})
@@ -113,6 +121,10 @@ class BM25Teacher:
         self.name = name
 
     def scores(self, queries: Sequence[str], doc_rows: Sequence[int]) -> torch.Tensor:
+        """BM25 scores of the query texts against the rows (the BM25 index's document numbers).
+
+        Returns (len(queries), len(doc_rows)) float32: `queries` are texts, `doc_rows` rows of the corpus list.
+        """
         rows = np.asarray(doc_rows, dtype=np.int64)
         tokens = self.bm25.tokenize_queries(list(queries))
         return torch.from_numpy(np.stack([self.bm25.score_all(t)[rows] for t in tokens]).astype(np.float32))
@@ -130,15 +142,28 @@ class HybridTeacher:
         self.name = name or f"hybrid({first.name},{second.name},{weight:g},{scales[0]:g},{scales[1]:g})"
 
     def scores(self, queries: Sequence[str], doc_rows: Sequence[int]) -> torch.Tensor:
+        """The weighted sum of both teachers' scores, each divided by its scale.
+
+        Returns (len(queries), len(doc_rows)) float32: `queries` are texts, `doc_rows` rows of the corpus list.
+        """
         return (self.weight * self.first.scores(queries, doc_rows) / self.scales[0]
                 + (1 - self.weight) * self.second.scores(queries, doc_rows) / self.scales[1])
 
 
 class RetrieverTeacher:
-    """Any retriever with search(queries, k) -> Run (UHD, hybrid, ...): scores of its top `depth`;
-    documents it does not list score that query's lowest listed score (0 when it lists none)."""
+    """A teacher from any `Retriever` (UHD, hybrid, ...): the scores of its top `depth` per query.
 
-    def __init__(self, retriever, doc_ids: Sequence[str], depth: int = 100, name: str | None = None) -> None:
+    Documents it does not list score that query's lowest listed score (0 when it lists none).
+
+    Args:
+        retriever: anything with ``search(queries, k) -> Run`` over the training corpus.
+        doc_ids: the training corpus's doc_ids, in row order (the rows `scores` is asked for).
+        depth: hits asked of the retriever per query.
+        name: the teacher's name (it keys cached rankings); default the retriever's `name` or class name.
+    """
+
+    def __init__(self, retriever: Retriever, doc_ids: Sequence[str], depth: int = 100,
+                 name: str | None = None) -> None:
         self.retriever = retriever
         self.row = {doc_id: i for i, doc_id in enumerate(doc_ids)}
         self.depth = depth
@@ -146,6 +171,10 @@ class RetrieverTeacher:
         self._listed: dict[str, tuple[dict[int, float], float]] = {}
 
     def scores(self, queries: Sequence[str], doc_rows: Sequence[int]) -> torch.Tensor:
+        """The retriever's scores where it lists a row in its top `depth`, else the query's lowest listed score.
+
+        Returns (len(queries), len(doc_rows)) float32: `queries` are texts, `doc_rows` rows of the corpus list.
+        """
         missing = sorted({t for t in queries if t not in self._listed})
         if missing:
             run = self.retriever.search({str(i): t for i, t in enumerate(missing)}, k=self.depth)
@@ -172,6 +201,10 @@ class CachedTeacher:
                     self.memory[(query, int(r))] = float(s)
 
     def scores(self, queries: Sequence[str], doc_rows: Sequence[int]) -> torch.Tensor:
+        """The wrapped teacher's scores, computing only the (query, row) pairs not seen before.
+
+        Returns (len(queries), len(doc_rows)) float32: `queries` are texts, `doc_rows` rows of the corpus list.
+        """
         rows = [int(r) for r in doc_rows]
         todo_q = sorted({q for q in queries for r in rows if (q, r) not in self.memory})
         if todo_q:
@@ -203,6 +236,7 @@ class TeacherRankings:
         return [] if i is None else [int(r) for r in self.rows[i] if r >= 0]
 
     def as_dict(self) -> dict[str, list[int]]:
+        """query text -> its rows, best first (the padding left out): the rankings `negatives` draws from."""
         return {q: self.ranking(q) for q in self.queries}
 
 

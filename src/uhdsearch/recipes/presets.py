@@ -14,7 +14,7 @@ from typing import Any
 
 from uhdsearch.encoder.config import EncoderConfig
 from uhdsearch.errors import UsageError
-from uhdsearch.training.recipe import Recipe
+from uhdsearch.recipes.recipe import Recipe
 from uhdsearch.training.trainer import TrainingArgs
 
 # The quickstart (README "The default recipe"): Recipe's defaults, where each choice is explained.
