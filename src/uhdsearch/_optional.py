@@ -8,7 +8,7 @@ from types import ModuleType
 def require(module: str, extra: str) -> ModuleType:
     """Import `module`, or raise ImportError naming the extra that installs it.
 
-    Example:
+    Examples:
         >>> require("json", "dev").dumps([1])
         '[1]'
         >>> require("no_such_module_xyz", "dense")

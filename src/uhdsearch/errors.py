@@ -1,6 +1,6 @@
 """Exceptions for bad input. Every one is a ValueError subclass so callers can catch broadly.
 
-Example:
+Examples:
     >>> try:
     ...     raise IndexFormatError("idx/index_meta.json is missing")
     ... except ValueError as exc:

@@ -13,7 +13,7 @@ from uhdsearch.errors import UsageError
 def tie_order(scores: np.ndarray, numbers: np.ndarray) -> np.ndarray:
     """Positions that sort `scores` best first, equal scores by `numbers` ascending.
 
-    Example:
+    Examples:
         >>> tie_order(np.array([1.0, 3.0, 3.0]), np.array([7, 9, 4]))
         array([2, 1, 0])
     """
@@ -30,7 +30,7 @@ def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> tuple[np.nd
     Returns:
         doc numbers (<= k,) int64 and their scores (<= k,) float32, best first.
 
-    Example:
+    Examples:
         >>> top_k(np.array([1.0, 3.0, 3.0, 0.0]), 2)
         (array([1, 2]), array([3., 3.], dtype=float32))
     """

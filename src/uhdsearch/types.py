@@ -104,7 +104,7 @@ def as_queries(queries: Mapping[str, str] | Sequence[Query] | Iterable[Query],
         UsageError: a query_id appears twice and `on_duplicate` is "error", an unknown `on_duplicate`, or a
             text holds a lone surrogate (not valid Unicode; no tokenizer takes it).
 
-    Example:
+    Examples:
         >>> as_queries([Query("q1", "a"), Query("q1", "b")])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -176,7 +176,7 @@ def check_k(k: Any, name: str = "k") -> int:
     Returns:
         k as a Python int.
 
-    Example:
+    Examples:
         >>> check_k(10)
         10
         >>> check_k(0)
@@ -202,7 +202,7 @@ class Retriever(Protocol):
     order given (an empty text gets an empty list), each at most `k` hits with scores descending and unique
     doc_ids; a smaller `k` gives the head of a larger one (`uhdsearch.topk`'s tie rule).
 
-    Example:
+    Examples:
         >>> class Constant:
         ...     def search(self, queries, k):
         ...         return Run({q: [ScoredDoc("d1", 1.0)][:k] for q in queries})
@@ -234,7 +234,7 @@ def save_run(run: Run, path: str | os.PathLike, name: str | None = None) -> None
         ValueError: the name or an id is empty or contains whitespace (the file could not be read back),
             or a score is NaN or infinite.
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "bm25.trec"
         >>> save_run(Run({"q1": [ScoredDoc("d7", 2.5), ScoredDoc("d3", 1.0)]}), p, name="bm25")
@@ -280,7 +280,7 @@ def load_run(path: str | os.PathLike) -> Run:
         DataFormatError: the file is not UTF-8 text, a line does not have 6 columns, its rank is not an integer, its score is not
             a finite number, or it repeats a (query_id, doc_id) pair; the message names file and line.
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "bm25.trec"
         >>> _ = p.write_text("q1 Q0 d3 2 1.0 bm25\\nq1 Q0 d7 1 2.5 bm25\\n")

@@ -114,7 +114,7 @@ class BM25Retriever:
             TypeError: a corpus item that is not a Document, or a stemmer that is not callable.
             ImportError: `stemmer` names an algorithm and PyStemmer is not installed.
 
-        Example:
+        Examples:
             >>> from uhdsearch.types import Document
             >>> bm25 = BM25Retriever.build([Document("d1", "cats purr"), Document("d2", "dogs bark")],
             ...                            show_progress=False)
@@ -225,7 +225,7 @@ def wordpiece_analyzer(tokenizer: Any, bigrams: bool = False) -> Analyzer:
     Returns:
         A callable mapping texts to one token list each.
 
-    Example:
+    Examples:
         >>> from transformers import AutoTokenizer
         >>> from uhdsearch.encoder.backbone import default_backbone_dir
         >>> analyze = wordpiece_analyzer(AutoTokenizer.from_pretrained(default_backbone_dir()), bigrams=True)

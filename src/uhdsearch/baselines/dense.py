@@ -28,7 +28,7 @@ def mean_pool(states: TokenStates, layer: int) -> np.ndarray:
 class DenseRetriever:
     """Exact cosine search over mean-pooled backbone embeddings; a `Retriever` (``search(queries, k) -> Run``).
 
-    Example:
+    Examples:
         >>> from uhdsearch.types import Document
         >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
         ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]

@@ -278,7 +278,7 @@ class DualEncoder:
     One entry per document is a dual encoder (DE-k, dense + whitening or flows); m entries is ME-m.
     Queries go through the backbone's last layer and `embed_query`.
 
-    Example:
+    Examples:
         >>> from uhdsearch.types import Document
         >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
         ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]

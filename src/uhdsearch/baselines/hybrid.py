@@ -52,7 +52,7 @@ def fuse_linear(
     Raises:
         ValueError: weight outside [0, 1], k <= 0, or an unknown normalization.
 
-    Example:
+    Examples:
         >>> a = Run({"q": [ScoredDoc("d1", 9.0), ScoredDoc("d2", 5.0), ScoredDoc("d3", 1.0)]})
         >>> b = Run({"q": [ScoredDoc("d3", 0.9), ScoredDoc("d4", 0.1)]})
         >>> [(h.doc_id, round(h.score, 3)) for h in fuse_linear(a, b, 0.5, k=3)["q"]]
@@ -97,7 +97,7 @@ def fuse_rrf(run_a: Run, run_b: Run, k: int, rrf_k: int = 60, name: str = "rrf")
     Raises:
         ValueError: k <= 0 or rrf_k < 0.
 
-    Example:
+    Examples:
         >>> a = Run({"q": [ScoredDoc("d1", 9.0), ScoredDoc("d2", 5.0)]})
         >>> b = Run({"q": [ScoredDoc("d2", 0.9)]})
         >>> [(h.doc_id, round(h.score, 5)) for h in fuse_rrf(a, b, k=2)["q"]]
@@ -120,7 +120,7 @@ def fuse_rrf(run_a: Run, run_b: Run, k: int, rrf_k: int = 60, name: str = "rrf")
 class HybridRetriever:
     """Two Retrievers fused linearly (one weight) or by RRF; itself a `Retriever` (``search(queries, k)``).
 
-    Example:
+    Examples:
         >>> from uhdsearch.types import Document
         >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
         ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]

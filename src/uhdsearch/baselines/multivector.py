@@ -64,7 +64,7 @@ def sum_of_max(query_tokens: torch.Tensor, doc_tokens: torch.Tensor, doc_owner: 
     Returns:
         (n_docs,) float32; a document without tokens scores -inf.
 
-    Example:
+    Examples:
         >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]]); d = torch.tensor([[2.0, 1.0], [0.0, 3.0]])
         >>> sum_of_max(q, d, torch.tensor([0, 0]), 1)
         tensor([5.])
@@ -82,7 +82,7 @@ class SumOfMaxReranker:
     L2-normalized when `normalize` (cosine, as ColBERT and Jung et al. Eq. 1; Luan use raw inner products).
     `search` re-ranks the first stage's top `depth`, so it is a `Retriever` like any other.
 
-    Example:
+    Examples:
         >>> from uhdsearch.types import Document
         >>> docs = [Document("d1", "Vitamin D supplements and bone mineral density"),
         ...         Document("d2", "Sequencing the mouse genome"), Document("d3", "Heart failure after cardiac surgery")]

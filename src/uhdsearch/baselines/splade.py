@@ -47,7 +47,7 @@ def default_splade_dir() -> Path:
 class SpladeEncoder:
     """Texts -> (n, vocab_size) SPLADE term weights (SPLADE v2 max pooling), one bucket.
 
-    Example:
+    Examples:
         >>> encoder = SpladeEncoder.from_pretrained()
         >>> vectors = encoder.encode(["vitamin d deficiency"], max_length=32)
         >>> vectors.dim == encoder.vocab_size, vectors.n
@@ -131,7 +131,7 @@ class SpladeEncoder:
 class SpladeRetriever:
     """SPLADE search over a weighted inverted index with the vocabulary as dimensions; a `Retriever`.
 
-    Example:
+    Examples:
         >>> from uhdsearch.types import Document
         >>> splade = SpladeRetriever.build([Document("d1", "cats purr"), Document("d2", "dogs bark loudly")])
         >>> splade.search({"q1": "why do dogs bark"}, k=1)["q1"][0].doc_id

@@ -35,7 +35,7 @@ def isotropy(W: np.ndarray | torch.Tensor) -> float:
 
     Args:
         W: (n, dim) representations, one per row.
-    Example:
+    Examples:
         >>> isotropy(np.random.default_rng(0).standard_normal((20000, 8))) > 0.9
         True
         >>> isotropy(np.random.default_rng(0).standard_normal((20000, 8)) + 3.0) < 0.001  # a shifted cloud
@@ -55,7 +55,7 @@ def average_cosine(W: np.ndarray | torch.Tensor) -> float:
     Uses |sum_i u_i|^2 = n + sum_{i != j} cos(w_i, w_j) for unit rows u_i, so it is O(n dim).
     Zero rows are left out.
 
-    Example:
+    Examples:
         >>> round(average_cosine(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])), 4)  # (0 + 2 cos 45°) / 3
         0.4714
     """
@@ -76,7 +76,7 @@ class Whitening:
     Attributes:
         mean: (hidden,) float32.
         matrix: (hidden, dim) float32, dim <= hidden (columns in order of decreasing variance).
-    Example:
+    Examples:
         >>> X = np.random.default_rng(0).standard_normal((500, 4)) @ np.diag([5.0, 1.0, 0.2, 3.0])
         >>> Z = Whitening.fit(X).transform(X)
         >>> bool(np.allclose(np.cov(Z, rowvar=False), np.eye(4), atol=1e-4))

@@ -21,7 +21,7 @@ class EncoderConfig:
     Layers count like transformers' `hidden_states`: 0 is the embedding output, 1..L the
     transformer layers; negative numbers count from the end (-1 = last layer).
 
-    Example:
+    Examples:
         >>> EncoderConfig(dim=8192, wta_k=40, query_k=None).bucket_layers
         (-1,)
         >>> EncoderConfig(dim=8192, wta_k=9000)

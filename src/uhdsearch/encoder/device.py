@@ -9,7 +9,7 @@ from uhdsearch.errors import UsageError
 def resolve_device(device: str | torch.device, option: str = "device") -> torch.device:
     """`device` as a torch.device that exists here, or a UsageError naming `option`.
 
-    Example:
+    Examples:
         >>> resolve_device("cpu")
         device(type='cpu')
         >>> resolve_device("gpu", "--device")

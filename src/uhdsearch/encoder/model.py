@@ -61,7 +61,7 @@ class UHDEncoder(nn.Module):
     def new(cls, backbone_dir: str | os.PathLike | None = None, config: EncoderConfig | None = None) -> UHDEncoder:
         """A freshly initialised encoder on a local backbone (default: bundled all-MiniLM-L6-v2).
 
-        Example:
+        Examples:
             >>> from uhdsearch.encoder.config import EncoderConfig
             >>> enc = UHDEncoder.new(config=EncoderConfig(dim=1024, wta_k=8, query_k=None))
             >>> bool(enc.encode_query(["what is sparse retrieval"]).active_per_row()[0, 0] > 0)

@@ -20,7 +20,7 @@ _LOCK = threading.RLock()  # module-level: a lock attribute would not survive co
 def evaluating(module: nn.Module) -> Iterator[None]:
     """The block runs with `module` in eval mode; a training module is switched back afterwards.
 
-    Example:
+    Examples:
         >>> layer = nn.Dropout(0.5)
         >>> with evaluating(layer):
         ...     layer.training

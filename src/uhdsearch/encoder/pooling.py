@@ -21,7 +21,7 @@ def max_pool_winners(
     Returns:
         (n_texts, dim) float32.
 
-    Example:
+    Examples:
         >>> values, indices = torch.tensor([[0.5, 0.2], [0.9, 0.1]]), torch.tensor([[3, 1], [3, 0]])
         >>> max_pool_winners(values, indices, torch.tensor([0, 0]), n_texts=1, dim=4)
         tensor([[0.1000, 0.2000, 0.0000, 0.9000]])

@@ -84,7 +84,7 @@ def wta_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dtype
     `weight` and `bias` as cast_for_product returns them for `dtype` (the emulated path multiplies them as they
     are). With dtype bfloat16 the result is bfloat16 on every path; the emulated path rounds x to bfloat16 first.
 
-    Example:
+    Examples:
         >>> x, w, b = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)
         >>> z = wta_product(x, cast_for_product(w, torch.bfloat16), cast_for_product(b, torch.bfloat16), torch.bfloat16)
         >>> z.dtype, tuple(z.shape)

@@ -135,7 +135,7 @@ def corpus_states(
     Raises:
         UsageError: the corpus is empty, or `states` covers another number of texts than the corpus has.
 
-    Example:
+    Examples:
         >>> corpus_states(None, [])
         Traceback (most recent call last):
         ...

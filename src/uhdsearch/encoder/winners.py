@@ -101,7 +101,7 @@ def top_winners(z: torch.Tensor, k: int, round_bfloat16: bool = False) -> tuple[
     Returns:
         values (n, k) float32 and dimensions (n, k) int64, best first; equal values by dimension ascending.
 
-    Example:
+    Examples:
         >>> values, dims = top_winners(torch.tensor([[0.5, 2.0, 2.0, -1.0, 2.0]]), 2)
         >>> values.tolist(), dims.tolist()
         ([[2.0, 2.0]], [[1, 2]])
@@ -168,7 +168,7 @@ def pooled_csr(values: torch.Tensor, dims: torch.Tensor, token_text: torch.Tenso
     What pooling.max_pool_winners then l2_normalize give, without dense (n_texts, dim) rows (the norm is summed
     in float64, so a value may differ from the dense path's in the last bit).
 
-    Example:
+    Examples:
         >>> m = pooled_csr(torch.tensor([[0.3, 0.0], [0.4, -0.1]]), torch.tensor([[3, 1], [0, 3]]),
         ...                torch.tensor([0, 0]), n_texts=2, dim=4)
         >>> m.indptr.tolist(), m.indices.tolist(), [round(float(v), 3) for v in m.data]

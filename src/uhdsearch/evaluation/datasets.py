@@ -64,7 +64,7 @@ def load_beir(data_dir: str | os.PathLike, split: str = "test", on_duplicate: st
         DataFormatError: a file is malformed (the message names file and line), the corpus is empty,
             the split has no judgments, or the qrels name a query that ``queries.jsonl`` lacks.
 
-    Example:
+    Examples:
         >>> data = load_beir(bundled_dataset_dir("scifact"), split="test")
         >>> len(data.corpus), len(data.queries), data.queries[0].query_id
         (5183, 300, '1')
@@ -219,7 +219,7 @@ def bundled_dataset_dir(name: str = "scifact") -> Path:
     Raises:
         FileNotFoundError: no such collection ships with this installation.
 
-    Example:
+    Examples:
         >>> bundled_dataset_dir("scifact").name
         'scifact'
     """

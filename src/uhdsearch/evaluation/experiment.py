@@ -129,7 +129,7 @@ def compare(
         ValueError: no systems, `baseline` not among them, or an unknown measure.
         TypeError: a system is neither a Run nor has a ``search`` method.
 
-    Example:
+    Examples:
         >>> from uhdsearch.types import ScoredDoc
         >>> good = Run({"q1": [ScoredDoc("d1", 1.0)], "q2": [ScoredDoc("d2", 1.0)]})
         >>> bad = Run({"q1": [ScoredDoc("d9", 1.0)]})
@@ -188,7 +188,7 @@ def paired_ttest(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     Raises:
         ValueError: `a` and `b` cover different queries.
 
-    Example:
+    Examples:
         >>> paired_ttest({"q1": 0.5, "q2": 1.0}, {"q1": 0.5, "q2": 1.0})
         1.0
     """

@@ -37,7 +37,7 @@ def evaluate(run: Run, qrels: Qrels, measures: Sequence[str] = DEFAULT_MEASURES)
     Raises:
         ValueError: an unknown measure, no measures, or qrels with no judged query.
 
-    Example:
+    Examples:
         >>> from uhdsearch.types import ScoredDoc
         >>> run = Run({"q1": [ScoredDoc("d1", 2.0), ScoredDoc("d2", 1.0)]})
         >>> evaluate(run, {"q1": {"d2": 1}, "q2": {"d9": 1}}, ["RR@10", "R@100"])

@@ -38,7 +38,7 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
         DataFormatError: the file is not UTF-8 text, a line has the wrong number of columns, a relevance that is not an integer,
             or repeats a (query_id, doc_id) pair; the message names the file and the 1-based line.
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "test.tsv"
         >>> _ = p.write_text("query-id\\tcorpus-id\\tscore\\nq1\\td7\\t1\\n")
@@ -109,7 +109,7 @@ def save_qrels(qrels: Qrels, path: str | os.PathLike, format: Literal["trec", "b
         ValueError: unknown `format`, or an id that is empty or contains whitespace (neither format
             could be read back).
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "qrels.txt"
         >>> save_qrels({"q1": {"d7": 1}}, p)

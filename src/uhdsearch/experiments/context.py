@@ -176,7 +176,7 @@ class CachedRetriever:
 
     Every uhdsearch retriever's top k is the head of its top K (fixed tie rule), so the cut is exact.
 
-    Example:
+    Examples:
         >>> from uhdsearch.types import Run, ScoredDoc
         >>> class Ranked:
         ...     def search(self, queries, k):

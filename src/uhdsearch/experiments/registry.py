@@ -72,7 +72,7 @@ def resolve_systems(names: str | Sequence[str] | None) -> list[str]:
     Raises:
         ValueError: an unknown name (the message lists the known ones) or an empty list.
 
-    Example:
+    Examples:
         >>> resolve_systems("bm25-bi, splade-tiny,bm25-bi")
         ['bm25', 'bm25-bi', 'splade-tiny']
     """
@@ -95,7 +95,7 @@ def build_system(name: str, corpus, queries_train=None, qrels_train=None, backbo
     Raises:
         ValueError: an unknown name or one without a standalone builder (the message lists those that have one).
 
-    Example:
+    Examples:
         >>> from uhdsearch.types import Document
         >>> build_system("bm25", [Document("d1", "text")])  # doctest: +ELLIPSIS
         Traceback (most recent call last):

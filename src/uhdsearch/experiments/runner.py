@@ -81,7 +81,7 @@ def compare(
         FileExistsError: `out_path` exists and not `overwrite`.
         FileNotFoundError: a missing collection or split.
 
-    Example:
+    Examples:
         >>> from uhdsearch.experiments import compare
         >>> report = compare(systems="bm25", k=10, measures=["nDCG@10"], show_progress=False)  # bundled SciFact
         >>> report.results["n_queries"], report.results["systems"]

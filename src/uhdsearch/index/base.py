@@ -26,7 +26,7 @@ class SearchableIndex(Protocol):
 
     Doc numbers index `doc_ids`; a segmented index keeps None there for deleted documents (never returned).
 
-    Example:
+    Examples:
         >>> import scipy.sparse as sp
         >>> from uhdsearch.index.inverted import BinaryIndex
         >>> docs = SparseEncoding([sp.csr_matrix(np.array([[1, 1, 0, 0], [0, 1, 1, 0]], np.float32))])
@@ -104,7 +104,7 @@ def hits_per_query(
 ) -> list[list[tuple[str, float]]]:
     """`search_encoded`'s padded arrays -> per query, its (doc_id, score) hits, best first; padding dropped.
 
-    Example:
+    Examples:
         >>> hits_per_query(np.array([[2, 0, -1], [-1, -1, -1]]), np.array([[3.0, 1.5, 0.0], [0.0, 0.0, 0.0]]),
         ...                ["a", "b", "c"])
         [[('c', 3.0), ('a', 1.5)], []]

@@ -38,7 +38,7 @@ def check_bits(doc_bits: int, query_bits: int) -> None:
 def impact_edges(values: np.ndarray, doc_bits: int) -> np.ndarray:
     """(2^b - 2,) ascending float32 bin edges giving the postings' values equal-frequency levels 1..2^b - 1.
 
-    Example:
+    Examples:
         >>> impact_edges(np.arange(1, 7, dtype=np.float32), 2).tolist()
         [3.0, 5.0]
     """
@@ -53,7 +53,7 @@ def impact_edges(values: np.ndarray, doc_bits: int) -> np.ndarray:
 def levels(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Levels 1..len(edges) + 1 (int64): 1 + the number of edges at or below each value.
 
-    Example:
+    Examples:
         >>> levels(np.array([0.5, 3.0, 4.0, 9.0]), np.array([3.0, 5.0])).tolist()
         [1, 2, 2, 3]
     """
@@ -116,7 +116,7 @@ class ImpactPlanes(IndexCapabilities):
     `uhdsearch search` take it; explicit stop dimensions use the original dims' document frequencies, kept in the
     manifest (the default keeps every dim).
 
-    Example:
+    Examples:
         >>> docs = SparseEncoding([sp.csr_matrix(np.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]], np.float32))])
         >>> planes = ImpactPlanes.from_encoding(docs, ["a", "b", "c"], doc_bits=2, query_bits=3)
         >>> query = SparseEncoding([sp.csr_matrix(np.array([[1.0, 0.1]], np.float32))])

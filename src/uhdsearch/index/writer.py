@@ -63,7 +63,7 @@ class IndexWriter:
     one bucket must be contiguous and start at 0), then `close()`. Dimensions never given have no postings.
     Each range is compressed as it arrives (codec.py), so memory is bounded by the largest range given.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from uhdsearch.index.inverted import InvertedIndex
         >>> tmp = tempfile.TemporaryDirectory()

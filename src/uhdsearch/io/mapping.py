@@ -48,7 +48,7 @@ def prefault(array: np.ndarray) -> str:
         "populated", "read-ahead", or "skipped" (not memory-mapped, empty, not contiguous, or no madvise on
         this platform).
 
-    Example:
+    Examples:
         >>> prefault(np.zeros(10))  # heap memory: nothing to do
         'skipped'
     """

@@ -44,7 +44,7 @@ def read_lines(path: str | os.PathLike, keep_ends: bool = False) -> Iterator[tup
         DataFormatError: UTF-16 text, another compression, NUL bytes (binary data), invalid UTF-8 or a
             damaged gzip stream; the message names the file and the line.
 
-    Example:
+    Examples:
         >>> import gzip, tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "q.tsv.gz"
         >>> _ = p.write_bytes(gzip.compress("a\\tb\\nc\\n".encode()))

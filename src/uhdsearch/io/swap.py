@@ -230,7 +230,7 @@ def check_output_dir(out: str | os.PathLike, inputs: dict[str, str | os.PathLike
     Raises:
         UsageError: naming both options and paths.
 
-    Example:
+    Examples:
         >>> check_output_dir("/data/scifact/index", {"--data": "/data/scifact"})
         Traceback (most recent call last):
         ...

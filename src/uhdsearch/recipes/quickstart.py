@@ -251,7 +251,7 @@ def load_results(path: str | os.PathLike) -> dict[str, Any]:
     """A quickstart's results.json, an older one's systems under today's names (their runs were searched with
     the defaults, which are named "uhd-binary-norm" now).
 
-    Example:
+    Examples:
         >>> import json, tempfile
         >>> path = Path(tempfile.mkdtemp()) / "results.json"
         >>> _ = path.write_text(json.dumps({"systems": {"bm25": {}, "uhd-binary": {"nDCG@10": 0.72}}}))

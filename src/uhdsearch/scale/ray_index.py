@@ -145,7 +145,7 @@ def assigned_device(gpu_ids: Sequence[int | str]) -> str:
     """The torch device of an actor Ray gave `gpu_ids` (`ray.get_gpu_ids()`): Ray sets CUDA_VISIBLE_DEVICES to
     exactly those GPUs, so the first one the actor sees is "cuda:0"; no GPU ids: "cpu".
 
-    Example:
+    Examples:
         >>> assigned_device([]), assigned_device([3])
         ('cpu', 'cuda:0')
     """
@@ -155,7 +155,7 @@ def assigned_device(gpu_ids: Sequence[int | str]) -> str:
 def _check_gpus(cluster_gpus: float, gpus_per_worker: float, n_workers: int) -> None:
     """Refuse GPU actors the cluster cannot hold now (Ray would wait for them without end).
 
-    Example:
+    Examples:
         >>> _check_gpus(0.0, 1, 2)
         Traceback (most recent call last):
         ...

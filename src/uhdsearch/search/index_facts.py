@@ -14,7 +14,7 @@ from uhdsearch.errors import DimensionMismatchError
 class IndexFacts:
     """Lazily built, thread-safe facts about one index (an index snapshot never changes, so neither do they).
 
-    Example:
+    Examples:
         >>> import scipy.sparse as sp
         >>> from uhdsearch.index.inverted import BinaryIndex
         >>> from uhdsearch.sparse import SparseEncoding

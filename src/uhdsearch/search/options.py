@@ -45,7 +45,7 @@ class SearchOptions:
         bucket_predictor: a BucketWeightPredictor choosing each query's bucket weights; None: fixed weights.
         name: the run name; None: made from the options (`run_name`).
 
-    Example:
+    Examples:
         >>> SearchOptions.parse({"max_df": "0.2", "cascade": "none"}) == SearchOptions(max_df=0.2, cascade=None)
         True
         >>> SearchOptions.paper().run_name("binary"), SearchOptions.default().run_name("binary")
@@ -97,7 +97,7 @@ class SearchOptions:
         Raises:
             UsageError: an unknown option, or a value out of range; the message names the option as `spell` does.
 
-        Example:
+        Examples:
             >>> SearchOptions.parse({"length_norm": "none", "query_k": "0"}).length_norm is None
             True
             >>> SearchOptions.parse({"max_df": "often"}, spell=cli_spelling)

@@ -4,7 +4,7 @@ The reference that tests and benchmarks check the index kernels against; no prod
 through `SearchableIndex.search_encoded`). `brute_force_scores` scores every document by sparse matrix products;
 `score_query` and `score_bucket` score term at a time over decompressed postings.
 
-Example:
+Examples:
     >>> import scipy.sparse as sp
     >>> from uhdsearch.sparse import SparseEncoding
     >>> docs = SparseEncoding([sp.csr_matrix(np.array([[1, 1, 0], [0, 1, 1]], np.float32))])

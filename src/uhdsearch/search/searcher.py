@@ -58,7 +58,7 @@ class Searcher:
         index: a SearchableIndex of the same dim and buckets.
         document_frequencies: the index's per-bucket document frequencies, when the caller already read them.
 
-    Example:
+    Examples:
         >>> from uhdsearch.encoder.config import EncoderConfig
         >>> from uhdsearch.encoder.model import UHDEncoder
         >>> from uhdsearch.index.inverted import BinaryIndex

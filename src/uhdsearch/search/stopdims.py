@@ -31,7 +31,7 @@ MIN_DOCUMENTS = 1000  # below this the default drops nothing
 def idf(document_frequencies: np.ndarray, n_documents: int) -> np.ndarray:
     """BM25's IDF, log(1 + (N - df + 0.5) / (df + 0.5)): positive for every df, float64.
 
-    Example:
+    Examples:
         >>> idf(np.array([1, 50, 100]), 100).round(3).tolist()
         [4.21, 0.693, 0.005]
     """
@@ -44,7 +44,7 @@ def idf_levels(weights: np.ndarray, n_documents: int, levels: int = MAX_LEVEL) -
 
     The scale is the index's, not the query's, so a level means the same IDF in every query.
 
-    Example:
+    Examples:
         >>> idf_levels(idf(np.array([1, 50, 100]), 100), 100).tolist()
         [15.0, 2.0, 1.0]
     """
@@ -62,7 +62,7 @@ class QueryWeighting:
         max_df: drop query dims active in more than this fraction of the documents (0 < max_df <= 1); None keeps all.
         idf: weight each kept dim by its IDF.
 
-    Example:
+    Examples:
         >>> w = QueryWeighting([np.array([9, 1, 5, 0])], 10, max_df=0.5, idf=True)
         >>> q = SparseEncoding([sp.csr_matrix(np.array([[0.3, 0.2, 0.1, 0.4]], np.float32))])
         >>> w.drop(q).buckets[0].toarray().tolist()  # dim 0 (df 0.9) is a stop dim; dim 3 matches nothing

@@ -22,7 +22,7 @@ _B64 = {c: i for i, c in enumerate(string.ascii_uppercase + string.ascii_lowerca
 def random_strings(n: int, seed: int, min_length: int = 20, max_length: int = 150) -> list[str]:
     """n strings of a-z and space, lengths uniform in [min_length, max_length], the same for the same seed.
 
-    Example:
+    Examples:
         >>> random_strings(2, seed=0, min_length=3, max_length=5) == random_strings(2, seed=0, min_length=3, max_length=5)
         True
     """

@@ -135,7 +135,7 @@ def projection_errors(queries: sp.csr_matrix, docs: sp.csr_matrix, triples: np.n
 def minimum_k(errors: np.ndarray, ks: np.ndarray, max_error: float) -> np.ndarray:
     """Per triple, the smallest k of the grid with an error below `max_error` (nan: none in the grid).
 
-    Example:
+    Examples:
         >>> minimum_k(np.array([[0.5, 0.04, 0.0], [0.5, 0.3, 0.2]]), np.array([2, 4, 8]), 0.05).tolist()
         [4.0, nan]
     """

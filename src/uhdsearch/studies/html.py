@@ -65,7 +65,7 @@ def _section(path: Path, name: str, page_dir: Path) -> str:
 def _table(rows: list[dict[str, Any]]) -> str:
     """An HTML table of dict rows (the union of their keys, in first-seen order).
 
-    Example:
+    Examples:
         >>> _table([{"a": 1, "b": 0.123456}, {"a": 2}])
         '<table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>0.1235</td></tr><tr><td>2</td><td></td></tr></table>'
     """

@@ -13,7 +13,7 @@ CUTOFF = 10  # RR@10: a relevant document below rank 10 counts as not found
 def reciprocal_ranks(ranks: np.ndarray, cutoff: int = CUTOFF) -> np.ndarray:
     """1/rank per query, 0 where the first relevant document is below `cutoff` (ranks start at 1).
 
-    Example:
+    Examples:
         >>> reciprocal_ranks(np.array([1, 2, 11])).tolist()
         [1.0, 0.5, 0.0]
     """
@@ -26,7 +26,7 @@ def reciprocal_ranks(ranks: np.ndarray, cutoff: int = CUTOFF) -> np.ndarray:
 def error_rate(ranks: np.ndarray, cutoff: int = CUTOFF) -> float:
     """Reimers & Gurevych's Err = mean(1 - 1/rank), a rank over `cutoff` counted as infinite (error 1).
 
-    Example:
+    Examples:
         >>> error_rate(np.array([1, 2, 4, 50]))   # (0 + 1/2 + 3/4 + 1) / 4
         0.5625
     """
@@ -36,7 +36,7 @@ def error_rate(ranks: np.ndarray, cutoff: int = CUTOFF) -> float:
 def relative_error(err: float, err_baseline: float) -> float:
     """(Err - Err_baseline) / Err_baseline: how much more often (in their Err sense) a system fails than BM25.
 
-    Example:
+    Examples:
         >>> relative_error(0.6, 0.5)
         0.19999999999999996
     """
@@ -53,7 +53,7 @@ def false_positive_probability(cos_theta: np.ndarray | float, k: np.ndarray | in
     """Probability that a uniformly random unit vector in k dimensions has cosine above cos(theta) with a fixed
     vector: 1/2 I_{sin^2 theta}((k-1)/2, 1/2) (Reimers & Gurevych Eq. 1); past 90 degrees, 1 minus that.
 
-    Example:
+    Examples:
         >>> round(float(false_positive_probability(0.0, 128)), 6)   # orthogonal: half of all vectors lie above
         0.5
         >>> float(false_positive_probability(0.5, 768)) < 1e-40
@@ -73,7 +73,7 @@ def false_positive_probability(cos_theta: np.ndarray | float, k: np.ndarray | in
 def normalized_margin(q: np.ndarray, d1: np.ndarray, d2: np.ndarray) -> float:
     """Luan et al.'s delta(q, d1, d2) = q.(d1 - d2) / (|q| |d1 - d2|); 0 when d1 == d2 or q is zero.
 
-    Example:
+    Examples:
         >>> normalized_margin(np.array([1., 1, 0]), np.array([1., 1, 0]), np.array([1., 0, 0]))
         0.7071067811865475
     """

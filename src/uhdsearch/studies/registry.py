@@ -64,7 +64,7 @@ def load_studies() -> dict[str, Study]:
 def parse_options(study: Study, pairs: list[str]) -> dict[str, Any]:
     """The study's defaults with ``key=value`` pairs applied, each parsed as JSON when it parses (else a string).
 
-    Example:
+    Examples:
         >>> s = Study("x", "", "", lambda *a: {}, {"sizes": [1, 2], "seed": 0})
         >>> parse_options(s, ["seed=3", "sizes=[10, 100]"])
         {'sizes': [10, 100], 'seed': 3}
@@ -113,7 +113,7 @@ def result_subdir(name: str, options: dict[str, Any]) -> Path:
     """Where a study's results go under reports/: NAME for SciFact, NAME/COLLECTION[-BACKBONE] otherwise. A study
     without a ``data`` option (the training study runs several collections itself) always writes to NAME.
 
-    Example:
+    Examples:
         >>> [str(result_subdir("x", o)) for o in ({"data": None}, {"data": "d/cisi"},
         ...                                       {"data": None, "backbone": "splade-tiny"}, {"backbone": "b"})]
         ['x', 'x/cisi', 'x/scifact-splade-tiny', 'x']
@@ -128,7 +128,7 @@ def result_subdir(name: str, options: dict[str, Any]) -> Path:
 def collection_of(options: dict[str, Any]) -> str:
     """The collection a study's options name: the last part of ``data`` (SciFact when unset).
 
-    Example:
+    Examples:
         >>> collection_of({"data": "/work/shared/data/cisi/"}), collection_of({"data": None}), collection_of({})
         ('cisi', 'scifact', 'scifact')
     """

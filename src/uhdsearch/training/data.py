@@ -44,11 +44,12 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
     In text without any capital letter, an end mark and space before any letter ends a sentence.
 
-    >>> text = "Cells divide. Mitochondria make energy (ATP). 3 genes matter."
-    >>> [text[a:b] for a, b in split_sentences(text)]
-    ['Cells divide.', 'Mitochondria make energy (ATP).', '3 genes matter.']
-    >>> len(split_sentences("lowercased text . no capitals here ."))
-    2
+    Examples:
+        >>> text = "Cells divide. Mitochondria make energy (ATP). 3 genes matter."
+        >>> [text[a:b] for a, b in split_sentences(text)]
+        ['Cells divide.', 'Mitochondria make energy (ATP).', '3 genes matter.']
+        >>> len(split_sentences("lowercased text . no capitals here ."))
+        2
     """
     pattern = _SENTENCE_END if any(c.isupper() for c in text) else _SENTENCE_END_LOWERCASED
     spans, start = [], 0
@@ -67,9 +68,10 @@ def ict_pairs(
 
     Passages with fewer than three sentences are skipped (removing the sentence would leave too little).
 
-    >>> doc = Document("d0", "Cells divide often. Mitochondria make energy for cells. The nucleus holds the genome.")
-    >>> [(p.query, p.doc_row) for p in ict_pairs([doc], per_document=1, min_words=3)]
-    [('Mitochondria make energy for cells.', 0)]
+    Examples:
+        >>> doc = Document("d0", "Cells divide often. Mitochondria make energy for cells. The nucleus holds the genome.")
+        >>> [(p.query, p.doc_row) for p in ict_pairs([doc], per_document=1, min_words=3)]
+        [('Mitochondria make energy for cells.', 0)]
     """
     rng = random.Random(seed)
     pairs = []

@@ -51,7 +51,7 @@ def open_query_encoder(model_dir: str | os.PathLike, kind: str = "full", *, mode
         UsageError: an unknown kind, or an option the kind does not take.
         FileNotFoundError: no table (kind "table") or no student file.
 
-    Example:
+    Examples:
         >>> open_query_encoder("models/uhd", kind="vote")
         Traceback (most recent call last):
         uhdsearch.errors.UsageError: query encoder kind='vote'; choose full, onnx, table or student (a table built \

@@ -35,7 +35,7 @@ def split_sentences(texts: Sequence[str]) -> list[str]:
 class CorpusTable:
     """Accumulates, per bucket, the winners and states of a corpus's tokens; `tables` summarises them.
 
-    Example:
+    Examples:
         >>> from uhdsearch.encoder.config import EncoderConfig
         >>> from uhdsearch.encoder.model import UHDEncoder
         >>> model = UHDEncoder.new(config=EncoderConfig(dim=1024, wta_k=8, query_k=None))
@@ -118,7 +118,7 @@ class CorpusTable:
         the table from their tokens: query-like contexts, which on SciFact train beat whole documents' (0.7100
         against 0.6869 binary nDCG@10, benchmarks/experiments/lookup_queries.py --sentence-tables).
 
-        Example:
+        Examples:
             >>> split_sentences(["Bone loss rises with age. It is slow! Too short. Density falls in older women?"])
             ['Bone loss rises with age.', 'Density falls in older women?']
         """

@@ -163,7 +163,7 @@ class StudentQueryEncoder:
     the backbone's last layer; `config`, `digest()` and `encode(texts, "query")` as UHDEncoder's, so a Searcher or
     the service takes it as its query encoder. Documents are encoded with the full model.
 
-    Example:
+    Examples:
         >>> from uhdsearch.encoder.config import EncoderConfig
         >>> from uhdsearch.encoder.model import UHDEncoder
         >>> model = UHDEncoder.new(config=EncoderConfig(dim=1024, wta_k=8, query_k=None))

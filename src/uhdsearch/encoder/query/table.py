@@ -55,7 +55,7 @@ def build_table(model, batch_size: int = 1024, token_ids=None) -> list[sp.csr_ma
 class LookupEncoder:
     """Query encoding by table lookup; `config`, `digest()` and `encode(texts, "query")` as UHDEncoder's.
 
-    Example:
+    Examples:
         >>> from uhdsearch.encoder.config import EncoderConfig
         >>> from uhdsearch.encoder.model import UHDEncoder
         >>> model = UHDEncoder.new(config=EncoderConfig(dim=1024, wta_k=8, query_k=None))
