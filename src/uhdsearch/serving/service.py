@@ -23,7 +23,7 @@ import numpy as np
 
 from uhdsearch.errors import DataFormatError, IndexLockedError, UsageError
 from uhdsearch.index.base import SearchableIndex
-from uhdsearch.index.live.commit import commit_name
+from uhdsearch.index import commit_exists
 from uhdsearch.search.options import SearchOptions  # noqa: F401  (moved to search/options.py; kept importable)
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.serving.documents import ADDED_FILE, DocumentStore, Texts
@@ -311,7 +311,7 @@ class SearchService:
         try:
             generation = self.writer.commit(before_publish=stage_texts)
         except BaseException:
-            if staged and not (self.writer.path / commit_name(staged[0])).exists():
+            if staged and not commit_exists(self.writer.path, staged[0]):
                 self.documents.unstage()
             raise
         texts = self.documents.publish(added)

@@ -52,6 +52,12 @@ def commit_name(generation: int) -> str:
     return f"commit_{generation}.json"
 
 
+def commit_exists(index_dir: str | os.PathLike, generation: int) -> bool:
+    """Whether the commit point of `generation` was written in the segmented index at `index_dir` (a commit that
+    failed may have failed before or after it)."""
+    return (Path(index_dir) / commit_name(generation)).exists()
+
+
 def segment_name(number: int) -> str:
     return f"seg_{number}"
 
