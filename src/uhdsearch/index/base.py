@@ -76,6 +76,7 @@ class SearchableIndex(Protocol):
     answers_overlap_counts: ClassVar[bool]
     has_document_vectors: ClassVar[bool]
     scores_own_contributions: ClassVar[bool]
+    searches_document_ranges: ClassVar[bool]
     takes_writes: ClassVar[bool]
 
     def keep_forward(self, max_share: float, n_queries: int = 0, after: int = 0) -> None: ...
@@ -90,6 +91,7 @@ class IndexCapabilities:
     answers_overlap_counts = False  # overlap_counts(): the cascade's second pass
     has_document_vectors = False  # document_vectors(): rerank's exact binary overlaps
     scores_own_contributions = False  # contributions(): /explain's per-dim scores
+    searches_document_ranges = False  # search_encoded(..., documents=(lo, hi)): one document's dims, cheaply
     takes_writes = False  # a segmented index: add, delete, commit (open_index(writable=True))
     generation: int | None = None  # the commit a segmented index reads; None for a static one
 

@@ -56,6 +56,7 @@ class InvertedIndex(IndexCapabilities):
 
     variant: ClassVar[fmt.Variant]
     answers_overlap_counts = True
+    searches_document_ranges = True
     has_document_vectors = True
 
     def __init__(self, buckets: list[CompressedPostings], doc_ids: list[str], dim: int, meta: dict[str, Any],
@@ -272,6 +273,7 @@ class InvertedIndex(IndexCapabilities):
         deleted: np.ndarray | None = None,
         n_threads: int | None = None,
         length_norm: float = 0.0,
+        documents: tuple[int, int] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k of every query row (Eq. 7 summed over buckets with `bucket_weights`).
 
@@ -284,6 +286,8 @@ class InvertedIndex(IndexCapabilities):
             n_threads: threads for the kernels (default: numba's current setting).
             length_norm: alpha > 0 divides each bucket's binary or quantized count by n_d ** alpha, n_d the
                 document's active dims in that bucket (`document_lengths`); 0 (the default here): plain counts.
+            documents: (lo, hi): search documents lo..hi-1 only, lo a multiple of 64 (/explain scores one
+                document dim by dim: each dim then costs a word, not the index).
         Returns:
             numbers (n_queries, min(k, n_documents)) int64 and scores of the same shape float64, sorted by
             score descending then doc number ascending; only positive scores; rows padded with -1 and 0.
@@ -296,9 +300,14 @@ class InvertedIndex(IndexCapabilities):
             n_threads = numba.get_num_threads()
         if scoring == "quantized":
             check_levels(queries)
+        if documents is not None and not (0 <= documents[0] < documents[1] <= self.n_documents
+                                          and documents[0] % 64 == 0):
+            raise ValueError(f"documents={documents}: give (lo, hi) with 0 <= lo < hi <= {self.n_documents}, "
+                             "lo a multiple of 64")
         return dispatch.search(self.buckets, self.n_documents, queries, int(k), bucket_weights,
                               scoring == "weighted", deleted, int(n_threads), quantized=scoring == "quantized",
-                              scales=self.length_scales(length_norm) if length_norm else None)
+                              scales=self.length_scales(length_norm) if length_norm else None,
+                              bounds=None if documents is None else np.array(documents, np.int64))
 
     def document_lengths(self, bucket: int = 0) -> np.ndarray:
         """(n_documents,) int64 number of active dims of each document in `bucket`; counted from the postings on

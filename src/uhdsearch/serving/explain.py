@@ -94,8 +94,12 @@ def dim_contributions(
                                      shape=(len(rows), query.dim), dtype=np.float32))
     outside = np.ones(len(index.doc_ids), dtype=bool)
     outside[number] = False
+    # Each one-dim query reads only the 64 documents around `number` where the index can (a whole index of
+    # 100k documents per dim made /explain cost 190 ms of a 360 ms request).
+    word = number - number % 64
+    span = {"documents": (word, min(index.n_documents, word + 64))} if index.searches_document_ranges else {}
     numbers, scores = index.search_encoded(SparseEncoding(buckets), 1, bucket_weights, scoring, deleted=outside,
-                                           length_norm=length_norm)
+                                           length_norm=length_norm, **span)
     return [(b, d, v, float(scores[i, 0])) for i, (b, d, v) in enumerate(rows)
             if numbers[i, 0] == number and scores[i, 0] > 0]
 

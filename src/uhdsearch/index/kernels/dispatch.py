@@ -81,30 +81,33 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 def search(buckets, n_documents: int, queries, k: int, bucket_weights, weighted: bool,
            deleted: np.ndarray | None, n_threads: int, quantized: bool = False,
-           scales=None) -> tuple[np.ndarray, np.ndarray]:
+           scales=None, bounds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of every query row over compressed `buckets`; see InvertedIndex.search_encoded.
 
     quantized: the query values are integer weights 1..15 over binary documents (levels.py).
     scales: None, or per bucket the arrays of kernels/lengths.py's length_scales: length-normalized counts.
+    bounds: None (every document, split for the threads), or [lo, hi]: only documents lo..hi-1 (lo a multiple of 64).
     """
     depth = min(k, n_documents)
     n_q = queries.n
     if n_q == 0 or depth == 0:
         return np.full((n_q, depth), -1, np.int64), np.zeros((n_q, depth))
     return search_arrays(buckets, n_documents, n_q, query_arrays(queries, len(buckets)), k, bucket_weights,
-                         weighted, deleted, n_threads, quantized, scales)
+                         weighted, deleted, n_threads, quantized, scales, bounds)
 
 
 def search_arrays(buckets, n_documents: int, n_q: int, arrays, k: int, bucket_weights, weighted: bool,
                   deleted: np.ndarray | None, n_threads: int, quantized: bool = False,
-                  scales=None) -> tuple[np.ndarray, np.ndarray]:
+                  scales=None, bounds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`search` over query arrays (qptr, qdims, qvals) already ordered by (query, bucket)."""
     depth = min(k, n_documents)
     if n_q == 0 or depth == 0:
         return np.full((n_q, depth), -1, np.int64), np.zeros((n_q, depth))
     qptr, qdims, qvals = arrays
-    n_ranges = ranges_per_query(n_q, n_threads, n_documents)
-    bounds = range_bounds(n_documents, n_ranges)
+    if bounds is None:
+        bounds = range_bounds(n_documents, ranges_per_query(n_q, n_threads, n_documents))
+    bounds = np.asarray(bounds, np.int64)
+    n_ranges = len(bounds) - 1
     out_docs = np.empty((n_q, n_ranges, depth), np.int64)
     out_scores = np.empty((n_q, n_ranges, depth), np.float64)
     empty_weights = np.zeros(0, np.float32)

@@ -1,0 +1,41 @@
+"""search_encoded(..., documents=(lo, hi)): the same top k as the whole index with everything outside masked."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.index.index_oracle import random_encoding
+from uhdsearch.index.inverted import WeightedIndex
+
+ALL_LISTS, ALL_BITMAPS = 1e-9, 1e30
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 700), density=st.floats(0.0, 0.4),
+       bias=st.sampled_from([ALL_LISTS, 8.0, ALL_BITMAPS]), k=st.integers(1, 80), norm=st.sampled_from([0.0, 0.3]),
+       use_deleted=st.booleans())
+def test_a_document_range_searches_as_the_masked_whole(seed, n, density, bias, k, norm, use_deleted):
+    rng = np.random.default_rng(seed)
+    docs = random_encoding(rng, n, 60, 2, density, dense_dims=4)
+    queries = random_encoding(rng, 5, 60, 2, min(1.0, 2 * density + 0.1), dense_dims=4)
+    index = WeightedIndex.from_encoding(docs, [str(i) for i in range(n)], None, bitmap_bias=bias)
+    lo = 64 * int(rng.integers(0, (n + 63) // 64))
+    hi = int(rng.integers(lo + 1, n + 1))
+    deleted = rng.random(n) < 0.3 if use_deleted else np.zeros(n, bool)
+    outside = deleted.copy()
+    outside[:lo] = outside[hi:] = True
+    for scoring in ("binary", "weighted"):
+        norm_here = norm if scoring == "binary" else 0.0
+        got = index.search_encoded(queries, k, [1.0, 0.5], scoring, deleted=deleted, documents=(lo, hi),
+                                   length_norm=norm_here)
+        want = index.search_encoded(queries, k, [1.0, 0.5], scoring, deleted=outside, length_norm=norm_here)
+        assert np.array_equal(got[0], want[0]) and np.allclose(got[1], want[1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("documents", [(1, 10), (0, 0), (64, 50), (0, 10_000), (-64, 10)])
+def test_a_bad_range_is_an_error_naming_it(documents):
+    rng = np.random.default_rng(0)
+    docs = random_encoding(rng, 200, 16, 1, 0.2)
+    index = WeightedIndex.from_encoding(docs, [str(i) for i in range(200)], None)
+    with pytest.raises(ValueError, match=r"documents=\("):
+        index.search_encoded(docs[:2], 5, [1.0], "binary", documents=documents)
