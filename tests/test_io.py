@@ -18,3 +18,14 @@ def test_prefault_skips_what_it_cannot_or_need_not_map(tmp_path):
     assert prefault(mapped[::-1]) == "skipped"  # not contiguous: its span is not [data, data + nbytes)
     assert prefault(mapped[:0]) == "skipped"
     assert prefault(mapped[5:]) in ("populated", "read-ahead")  # an unaligned start is rounded to its page
+
+
+def test_large_blocks_go_back_to_the_system_where_glibc_allows(monkeypatch):
+    import platform
+
+    from uhdsearch.io import clib
+
+    took = clib.return_large_blocks(1 << 20)
+    assert took == (platform.system() == "Linux" and platform.libc_ver()[0] == "glibc")
+    monkeypatch.setattr(clib, "libc", lambda: None)
+    assert clib.return_large_blocks() is False

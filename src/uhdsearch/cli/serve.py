@@ -110,6 +110,9 @@ def serve(
     if student is not None and (lookup or shards):
         raise UsageError("--student does not combine with --lookup (another query encoder) or --shards (whose "
                          "actors encode with the full model)")
+    from uhdsearch.io.clib import return_large_blocks
+
+    return_large_blocks()  # resident memory that stays flat under load (io/clib.py says why)
     sharding = (shards, None if ray_address in (None, "local") else ray_address, shard_dir, replicas) \
         if shards else None
     service = open_service(index_dir, model, data, bm25, not read_only, typical_sample, sharding,
