@@ -29,7 +29,10 @@ def serve_load(results: Results) -> Table:
     return Table(HEADER, load_rows(run), ["serve_load.json"], "python -m benchmarks.speed.serve_load",
                  cpu(run, f"not recorded ({run['cpu_count']} cores)"),
                  [f"{s['users']} locust users, {s['warm_up']} s warm-up + {s['duration']} s measured, "
-                  f"{int(100 * s['explain_share'])} % /explain, server options `{' '.join(serve_options(s))}`."])
+                  f"{int(100 * s['explain_share'])} % /explain, server options `{' '.join(serve_options(s))}`."
+                  + (f" Note: {run['label']}." if run.get("label") else "")
+                  + "".join(f" {one['name']}: {one['consistency_checks']}." for one in run["runs"]
+                            if one.get("consistency_checks"))])
 
 
 @table("serve-before-after")
@@ -38,6 +41,25 @@ def serve_before_after(results: Results) -> Table:
     return Table(HEADER, load_rows(run), ["serve_load_before_after.json"],
                  "python -m benchmarks.speed.serve_load --baseline-src OLD/src --runs static",
                  cpu(run), [f"Settings: {run['label']}."])
+
+
+@table("serve-overload")
+def serve_overload(results: Results) -> Table:
+    run = results("serve_load_overload.json")
+    rows = []
+    for one in run["runs"]:
+        total = one["total"]
+        refused = sum(n for error, n in one["errors"].items() if "code=503" in error)
+        other = total["failures"] - refused
+        rows.append([one["name"], f"{total['requests']:,}", f"{total['requests'] - total['failures']:,}",
+                     f"{refused:,}", str(other), ms(total["p50_ms"]), ms(total["p99_ms"])])
+    s = run["settings"]
+    return Table(["run", "requests", "answered with results", "refused with 503", "any other failure", "p50 ms",
+                  "p99 ms"], rows, ["serve_load_overload.json"],
+                 f"python -m benchmarks.speed.serve_load --runs static --users {s['users']}",
+                 cpu(run, f"not recorded ({run['cpu_count']} cores)"),
+                 [f"{s['users']} locust users against the same server: what admission control answers beyond its "
+                  "queue (`--max-queue`, `--queue-timeout`) is a 503 with `Retry-After`, at once."])
 
 
 @table("scale-encode")
