@@ -80,3 +80,17 @@ def cpu(record: dict | None, fallback: str = UNRECORDED_CPU) -> str:
             text += ", AVX512-BF16"
         return text
     return fallback
+
+
+def system(systems: dict, name: str, default=None):
+    """A system's entry under its name, or under the name a run of the search defaults carries (`-norm`): the
+    quickstart names its UHD systems by their search options since issue 34 ("uhd-binary-norm")."""
+    if name in systems:
+        return systems[name]
+    for key in (f"{name}-norm", name.replace("uhd-binary-", "uhd-binary-norm-").replace(
+            "uhd-weighted-", "uhd-weighted-norm-")):
+        if key in systems:
+            return systems[key]
+    if default is not None:
+        return default
+    raise KeyError(f"no system {name!r} (nor its default-options name) among {sorted(systems)}")

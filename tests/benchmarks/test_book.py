@@ -47,3 +47,14 @@ def test_text_outside_the_markers_is_kept():
     assert rendered.startswith("# Title\nprose 0.5\n<!-- table: growth -->\n| system |")
     assert rendered.endswith("<!-- /table -->\nmore prose\n")
     assert "stale" not in rendered and len(MARKER.findall(rendered)) == 1
+
+
+def test_a_quickstart_naming_its_systems_by_their_options_renders_the_same(tmp_path: Path):
+    """Since issue 34 the quickstart writes "uhd-binary-norm" for the search defaults; the book reads both."""
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    for name in ("quickstart_scifact.json", "quickstart_scifact_extra.json"):
+        file = results / name
+        file.write_text(file.read_text().replace('"uhd-binary', '"uhd-binary-norm')
+                        .replace('"uhd-weighted', '"uhd-weighted-norm'))
+    assert render_all(Results(results), write=False) == {}

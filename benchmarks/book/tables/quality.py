@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..render import Table, table
-from ..sources import Results, bold, cpu, f4, ms, ratio
+from ..sources import Results, bold, cpu, f4, ms, ratio, system
 
 QUICKSTART = ".venv/bin/uhdsearch quickstart --out out/quickstart"
 METRICS = ("nDCG@10", "RR@10", "R@100", "R@1000")
@@ -24,9 +24,9 @@ def headline(results: Results) -> Table:
     default = by_cascade["0.1:300"]
     scores = run["systems"]
     rows = [
-        ["**UHD-binary** (trained; the defaults)", bold(f4(scores["uhd-binary"]["nDCG@10"])),
+        ["**UHD-binary** (trained; the defaults)", bold(f4(system(scores, "uhd-binary")["nDCG@10"])),
          f"**{ms(default['p50_ms'])} ms ({ratio(default['x_bm25s'])})**"],
-        ["UHD-weighted (trained)", f4(scores["uhd-weighted"]["nDCG@10"]), "—"],
+        ["UHD-weighted (trained)", f4(system(scores, "uhd-weighted")["nDCG@10"]), "—"],
         ["UHD impact planes (trained)", f4(scores["uhd-planes"]["nDCG@10"]), "—"],
         ["BM25 (bm25s)", f4(scores["bm25"]["nDCG@10"]), f"{ms(speed['bm25s_p50_ms'])} ms (1.00x)"],
         ["dense (all-MiniLM-L6-v2)", f4(scores["dense"]["nDCG@10"]), "—"],
@@ -47,12 +47,12 @@ def quickstart_scifact(results: Results) -> Table:
              ("uhd-binary", "**UHD-binary** (the defaults: stop dims, counts / active dims ** 0.3, cascade)"),
              ("uhd-weighted", "UHD-weighted (stop dims dropped)"),
              ("uhd-planes", "UHD impact planes (2-bit document levels, 3-bit query levels)")]
-    rows = [[label, *(marked(run["systems"][name][m], p.get(name, {}).get(m)) for m in METRICS)]
+    rows = [[label, *(marked(system(run["systems"], name)[m], system(p, name, {}).get(m)) for m in METRICS)]
             for name, label in names]
     for key, label in (("uhd_binary_without_length_norm", "UHD-binary, plain counts (`--length-norm none`)"),
                        ("uhd_binary_without_stop_dimensions", "UHD-binary, every dimension (`--max-df none`)")):
         rows.append([label, *(f4(extra[key][m]) for m in METRICS)])
-    rerank = extra["rerank_bm25_top1000"]["uhd-binary-rerank-bm25"]
+    rerank = system(extra["rerank_bm25_top1000"], "uhd-binary-rerank-bm25")
     rows.append(["UHD-binary re-ranking BM25's top 1000", *(f4(rerank[m]) for m in METRICS)])
     return Table(["system", *METRICS], rows, ["quickstart_scifact.json", "quickstart_scifact_extra.json"],
                  QUICKSTART, cpu(run),
@@ -70,9 +70,9 @@ def quickstart_collections(results: Results) -> Table:
         kept = (f"{chosen.get('head', '?')} head, queries to {chosen.get('query_max_length', '?')} tokens"
                 if chosen else "—")
         s = run["systems"]
-        best_uhd = max(("uhd-binary", "uhd-weighted", "uhd-planes"), key=lambda n: s[n]["nDCG@10"])
-        rows.append([NAMES[name], kept,
-                     *(bold(f4(s[n]["nDCG@10"]), n == best_uhd) for n in ("uhd-binary", "uhd-weighted", "uhd-planes")),
+        uhd = {n: system(s, n)["nDCG@10"] for n in ("uhd-binary", "uhd-weighted", "uhd-planes")}
+        best_uhd = max(uhd, key=uhd.get)
+        rows.append([NAMES[name], kept, *(bold(f4(score), n == best_uhd) for n, score in uhd.items()),
                      f4(extra["uhd_binary_without_length_norm"]["nDCG@10"]), f4(s["dense"]["nDCG@10"]),
                      f4(s["bm25"]["nDCG@10"])])
     return Table(["collection", "kept on dev", "UHD-binary", "UHD-weighted", "UHD planes", "binary, plain counts",

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..render import Table, table
-from ..sources import Results, bold, cpu, f4, ms, ratio
+from ..sources import Results, bold, cpu, f4, ms, ratio, system
 
 
 @table("wta-paths")
@@ -33,7 +33,7 @@ def main_job_time(results: Results) -> Table:
         wall = run.get("wall_seconds")
         rows.append([cpu(run), run.get("machine", {}).get("wta_path", "native"),
                      f"{run['seconds']['train']:,.0f}", f"{run['seconds']['index']:,.0f}",
-                     "—" if wall is None else f"{wall / 60:.1f}", f4(run["systems"]["uhd-binary"]["nDCG@10"])])
+                     "—" if wall is None else f"{wall / 60:.1f}", f4(system(run["systems"], "uhd-binary")["nDCG@10"])])
     return Table(["CPU", "WTA path", "training s", "indexing s", "wall minutes", "UHD-binary nDCG@10"], rows, sources,
                  ".venv/bin/uhdsearch quickstart --out out/quickstart", "in the first column",
                  ["Training stops at its 20-minute cap (`TrainingArgs.max_minutes`) where the CPU is slow; the dev "
@@ -89,3 +89,33 @@ def index_load(results: Results) -> Table:
                  "python -m benchmarks.speed.index_load --repeats 9", cpu(run),
                  [f"A {run['n_documents']:,}-document binary index ({run['index_bytes'] / 1e9:.1f} GB); the checks "
                   "refuse damaged files before a kernel reads them."])
+
+
+@table("searcher-before-after")
+def searcher_before_after(results: Results) -> Table:
+    run = results("searcher_before_after.json")
+    rows = [[r["side"], str(r["queries_timed"]), ms(r["p50_ms"]), ms(r["p95_ms"])] for r in run["rows"]]
+    rows.append(["after / before", "", ratio(run["p50_after_over_before"]), ""])
+    s = run["settings"]
+    return Table(["Searcher", "searches timed", "p50 ms", "p95 ms"], rows, ["searcher_before_after.json"],
+                 run["command"], cpu(run),
+                 [f"`Searcher(model, index).search` one query at a time with the default options, on "
+                  f"`{s['index']}` with the model `{s['model']}`, the {run['n_queries']} SciFact test queries in "
+                  f"{s['rounds']} alternating rounds per side; identical rankings: "
+                  f"{'yes' if run['identical_rankings'] else '**no**'}."])
+
+
+@table("wta-product")
+def wta_product(results: Results) -> Table:
+    runs = [results("wta_product_xeon.json"), results("wta_product_xeon_avx2.json")]
+    rows = []
+    for i, row in enumerate(runs[0]["rows"]):
+        label = row["path"].split(" (")[0]
+        rows.append([label, *(f"{ms(run['rows'][i]['ms'])} ({ratio(run['rows'][i]['x_float32'])})" for run in runs)])
+    return Table(["the product, ms (x float32)", *(f"capability {r['machine']['cpu_capability']}" for r in runs)],
+                 rows, ["wta_product_xeon.json", "wta_product_xeon_avx2.json"],
+                 "python -m benchmarks.speed.wta_product --threads 2", "; ".join(cpu(r) for r in runs),
+                 [f"The head's product alone ({runs[0]['settings']['tokens']} token states by a 384 x "
+                  f"{runs[0]['settings']['dim']:,} head, random values, 2 threads pinned to 2 cores, torch "
+                  f"{runs[0]['torch']}), on the CPU of a lent GPU machine; `wta_product` is the function every "
+                  "caller uses, on the path it picks."])
