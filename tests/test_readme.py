@@ -272,3 +272,9 @@ def test_readme_block(session: Session, index: int) -> None:
                     pytrace=False)
     if session.not_run.get(key) and len(session.not_run[key]) == len(shell_lines(block.code)):
         pytest.skip(f"{name}:{block.line} not run: it runs the test suite itself (.ci/run's command)")
+
+
+def test_the_readme_stays_short_and_no_page_is_a_log_of_sessions():
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 300
+    logs = [page_name(p) for p in PAGES if re.search(r"\bsessions?\b", p.read_text(encoding="utf-8"), re.I)]
+    assert logs == []
