@@ -39,3 +39,33 @@ def test_a_bad_range_is_an_error_naming_it(documents):
     index = WeightedIndex.from_encoding(docs, [str(i) for i in range(200)], None)
     with pytest.raises(ValueError, match=r"documents=\("):
         index.search_encoded(docs[:2], 5, [1.0], "binary", documents=documents)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), sizes=st.lists(st.integers(1, 150), min_size=1, max_size=4),
+       k=st.integers(1, 30), norm=st.sampled_from([0.0, 0.3]))
+def test_a_segmented_index_searches_a_range_as_its_masked_whole(tmp_path_factory, seed, sizes, k, norm):
+    from uhdsearch.index.live.segments import SegmentedIndex
+
+    rng = np.random.default_rng(seed)
+    index = SegmentedIndex.create(tmp_path_factory.mktemp("seg") / "live", "binary", dim=40, n_buckets=1,
+                                  encoder_digest="test")
+    start = 0
+    for size in sizes:  # one segment each, some of their documents deleted
+        index.add(random_encoding(rng, size, 40, 1, 0.2, dense_dims=3), [f"d{start + i}" for i in range(size)])
+        index.commit()
+        start += size
+    gone = [f"d{i}" for i in range(start) if rng.random() < 0.2]
+    if gone:
+        index.delete(gone)
+        index.commit()
+    queries = random_encoding(rng, 3, 40, 1, 0.5, dense_dims=3)
+    n = len(index.doc_ids)  # doc numbers, the deleted ones too
+    lo = 64 * int(rng.integers(0, (n + 63) // 64))
+    hi = int(rng.integers(lo + 1, n + 1))
+    outside = np.ones(n, bool)
+    outside[lo:hi] = False
+    got = index.search_encoded(queries, k, [1.0], "binary", documents=(lo, hi), length_norm=norm)
+    want = index.search_encoded(queries, k, [1.0], "binary", deleted=outside, length_norm=norm)
+    index.close()
+    assert np.array_equal(got[0], want[0]) and np.allclose(got[1], want[1], rtol=0, atol=1e-12)

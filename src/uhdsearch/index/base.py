@@ -171,3 +171,12 @@ def check_overlap_args(index, query, numbers) -> None:
     if numbers.size and (numbers.min() < 0 or numbers.max() >= len(index.doc_ids)):
         raise UsageError(f"doc numbers must lie in [0, {len(index.doc_ids)}), got {int(numbers.min())}.."
                          f"{int(numbers.max())}")
+
+
+def check_documents(index: SearchableIndex, documents: tuple[int, int] | None) -> None:
+    """`search_encoded`'s `documents`: None, or doc numbers (lo, hi), 0 <= lo < hi <= the count of doc numbers
+    (a segmented index numbers its deleted documents too), lo a multiple of 64."""
+    if documents is not None and not (0 <= documents[0] < documents[1] <= len(index.doc_ids)
+                                      and documents[0] % 64 == 0):
+        raise ValueError(f"documents={documents}: give (lo, hi) with 0 <= lo < hi <= {len(index.doc_ids)}, "
+                         "lo a multiple of 64")

@@ -21,7 +21,8 @@ import scipy.sparse as sp
 
 from uhdsearch.errors import IndexFormatError, UsageError
 from uhdsearch.index import format as fmt
-from uhdsearch.index.base import IndexCapabilities, Scoring, check_overlap_args, check_search_args
+from uhdsearch.index.base import (IndexCapabilities, Scoring, check_documents, check_overlap_args,
+                                  check_search_args)
 from uhdsearch.index.checks import check_bucket
 from uhdsearch.index.forward import KeptStores, overlap_counts
 from uhdsearch.index.kernels import dispatch
@@ -300,10 +301,7 @@ class InvertedIndex(IndexCapabilities):
             n_threads = numba.get_num_threads()
         if scoring == "quantized":
             check_levels(queries)
-        if documents is not None and not (0 <= documents[0] < documents[1] <= self.n_documents
-                                          and documents[0] % 64 == 0):
-            raise ValueError(f"documents={documents}: give (lo, hi) with 0 <= lo < hi <= {self.n_documents}, "
-                             "lo a multiple of 64")
+        check_documents(self, documents)
         return dispatch.search(self.buckets, self.n_documents, queries, int(k), bucket_weights,
                               scoring == "weighted", deleted, int(n_threads), quantized=scoring == "quantized",
                               scales=self.length_scales(length_norm) if length_norm else None,

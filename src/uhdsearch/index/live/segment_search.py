@@ -25,6 +25,7 @@ def search_parts(
     deleted: np.ndarray | None,
     n_threads: int | None,
     length_norm: float = 0.0,
+    documents: tuple[int, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-`depth` over the live documents of all parts, in global doc numbers.
 
@@ -32,6 +33,8 @@ def search_parts(
 
     Args:
         deleted: (total documents,) bool, more documents to leave out, by global doc number; or None.
+        documents: (lo, hi), global doc numbers: only these are searched, each part over the 64-document words
+            that hold them (the rest of a word masked).
     Returns:
         numbers (n_queries, depth) int64 and scores of the same shape float64; rows padded with -1 and 0.
     """
@@ -39,13 +42,23 @@ def search_parts(
     offset = 0
     for index, mask, n_deleted in parts:
         n = index.n_documents
+        span = None
+        if documents is not None:
+            lo, hi = max(documents[0] - offset, 0), min(documents[1] - offset, n)
+            if lo >= hi:
+                offset += n
+                continue
+            span = (lo - lo % 64, hi)
+            mask = mask.copy()
+            mask[span[0]:lo] = True
+            n_deleted = int(mask.sum())
         if deleted is not None:
             mask = mask | deleted[offset:offset + n]
             n_deleted = int(mask.sum())
         if n_deleted < n:
             numbers, scores = index.search_encoded(queries, k, bucket_weights, scoring,
                                                    deleted=mask if n_deleted else None, n_threads=n_threads,
-                                                   length_norm=length_norm)
+                                                   length_norm=length_norm, documents=span)
             numbers_parts.append(np.where(numbers >= 0, numbers + offset, -1))
             scores_parts.append(scores)
         offset += n

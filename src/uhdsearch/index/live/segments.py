@@ -17,7 +17,8 @@ import numpy as np
 
 from uhdsearch.errors import DataFormatError, IndexLockedError, UsageError
 from uhdsearch.index import format as fmt
-from uhdsearch.index.base import IndexCapabilities, Scoring, check_overlap_args, check_search_args
+from uhdsearch.index.base import (IndexCapabilities, Scoring, check_documents, check_overlap_args,
+                                  check_search_args)
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex, WeightedIndex
 from uhdsearch.index.live import commit as cp
 from uhdsearch.index.live.additions import check_additions
@@ -69,7 +70,7 @@ class SegmentedIndex(IndexCapabilities):
         >>> index.close(); tmp.cleanup()
     """
 
-    answers_overlap_counts = True
+    answers_overlap_counts = searches_document_ranges = True
     takes_writes = True
 
     def __init__(
@@ -340,17 +341,14 @@ class SegmentedIndex(IndexCapabilities):
         deleted: np.ndarray | None = None,
         n_threads: int | None = None,
         length_norm: float = 0.0,
+        documents: tuple[int, int] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k over all live documents, in global doc numbers (same contract as InvertedIndex's).
-
-        Returns:
-            numbers (n_queries, min(k, n_documents)) int64 and scores of the same shape float64, score
-            descending then global doc number ascending; positive scores only; rows padded with -1 and 0.
-        """
+        """Exact top-k over the live documents (of lo..hi-1 with `documents`) in global doc numbers: InvertedIndex's
+        contract, its shapes, tie rule and padding."""
         check_search_args(self, queries, k, bucket_weights, scoring, deleted, n_threads, length_norm)
-        depth = min(int(k), self.n_documents)
-        return search_parts(self._parts(), queries, k, depth, bucket_weights, scoring, deleted, n_threads,
-                            length_norm)
+        check_documents(self, documents)
+        return search_parts(self._parts(), queries, k, min(int(k), self.n_documents), bucket_weights, scoring,
+                            deleted, n_threads, length_norm, documents)
 
     def length_scales(self, alpha: float) -> list[tuple[np.ndarray, ...]]:
         """InvertedIndex.length_scales over global doc numbers (deleted documents included)."""
