@@ -98,6 +98,18 @@ def test_load_time_overrides(tiny_encoder, tmp_path):
         UHDEncoder.from_pretrained(tmp_path / "m", dim=10)
 
 
+def test_the_digest_does_not_depend_on_the_uhdsearch_version(tiny_encoder, monkeypatch):
+    """Indexes record their encoder's digest: a new release loading the same weights must not look like a swap."""
+    import uhdsearch.encoder.config as config_module
+
+    tiny_encoder._digest = None
+    before = tiny_encoder.digest()
+    monkeypatch.setattr(config_module, "__version__", "99.0.0")
+    tiny_encoder._digest = None
+    assert tiny_encoder.config.to_json()["uhdsearch_version"] == "99.0.0"
+    assert tiny_encoder.digest() == before
+
+
 def test_training_changes_the_digest(tiny_encoder):
     before = tiny_encoder.digest()
     with torch.no_grad():

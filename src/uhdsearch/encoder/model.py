@@ -314,7 +314,9 @@ class UHDEncoder(nn.Module):
         """Fingerprint of the config and every weight; indexes record it to detect a model swap."""
         if self._digest is None:
             h = hashlib.blake2b(digest_size=16)
-            h.update(repr(sorted(self.config.to_json().items())).encode())
+            # Not the version of uhdsearch that loads it: the same weights keep their digest across releases.
+            config = {k: v for k, v in self.config.to_json().items() if k != "uhdsearch_version"}
+            h.update(repr(sorted(config.items())).encode())
             hash_state(h, self.state_dict())
             self._digest = h.hexdigest()
         return self._digest
