@@ -8,7 +8,6 @@ The pause points are the real functions wrapped by pausing_server.py; nothing of
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,8 +17,7 @@ import pytest
 pytest.importorskip("fastapi")
 import httpx  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-from server_process import free_port, start_server, stop, wait_ready  # noqa: E402
+from tests.serving.server_process import free_port, start_server, stop, wait_ready  # noqa: E402
 
 from uhdsearch.serving.documents import ADDED_FILE  # noqa: E402
 from uhdsearch.serving.keys import API_KEY_ENV  # noqa: E402
