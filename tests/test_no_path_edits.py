@@ -12,7 +12,7 @@ def test_no_module_under_benchmarks_or_tests_edits_sys_path():
     edits = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
              for folder in ("benchmarks", "tests") for path in sorted((ROOT / folder).rglob("*.py"))
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-             if EDIT.search(line) and not line.lstrip().startswith("#")]
+             if EDIT.search(line) and not line.lstrip().startswith("#") and path != Path(__file__)]
     assert edits == []
 
 
