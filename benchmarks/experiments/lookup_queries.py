@@ -48,7 +48,7 @@ from benchmarks.experiments.stop_dims import Collection
 from benchmarks.lib.encoded_cache import load_model, token_states
 from benchmarks.lib.settings import RESULTS, ROOT, comma_list, parse_args, record
 from benchmarks.lib.timer import median_ms, time_calls
-from uhdsearch.encoder.precision import product_dtype
+from uhdsearch.encoder.precision import product_dtype, wta_product
 from uhdsearch.encoder.query.corpus_table import CorpusTable
 from uhdsearch.encoder.query.table import LookupEncoder, build_table
 from uhdsearch.encoder.winners import pooled_csr, top_winners
@@ -213,8 +213,8 @@ def ceiling_batch(model, tokens: torch.Tensor, token_ids: np.ndarray, token_text
     special = np.array(sorted(model.backbone.tokenizer.all_special_ids))
     positions = np.flatnonzero(~np.isin(token_ids, special))
     with torch.inference_mode():
-        weight, bias = wta.cast_weight(dtype) or (wta.weight.to(dtype), wta.bias.to(dtype))
-        z = torch.addmm(bias, tokens[positions].to(dtype), weight.t())
+        weight, bias = wta.cast_weight(dtype) or (wta.weight, wta.bias)
+        z = wta_product(tokens[positions], weight, bias, dtype)  # the encoder's product on this CPU's path
         if candidates is None:
             values, dims = top_winners(z.contiguous(), model.config.wta_k)
         else:

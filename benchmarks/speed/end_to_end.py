@@ -31,7 +31,7 @@ from benchmarks.lib.peers import dictionary_texts
 from benchmarks.lib.settings import RESULTS, ROOT, parse_args, record
 from benchmarks.lib.timer import percentiles, time_calls
 from uhdsearch.encoder.model import UHDEncoder
-from uhdsearch.encoder.precision import product_dtype
+from uhdsearch.encoder.precision import product_dtype, wta_product
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
 from uhdsearch.index.inverted import BinaryIndex, InvertedIndex
 
@@ -144,7 +144,7 @@ def legacy_encode(model: UHDEncoder, text: str):
         for layer, s in zip(model.layers, states):
             wta = model.buckets.wta[str(layer)]
             weight, bias = wta.cast_weight(dtype) or (wta.weight, wta.bias)
-            z = torch.addmm(bias, s[keep].to(dtype), weight.t())
+            z = wta_product(s[keep], weight, bias, dtype)
             values, indices = torch.topk(z, model.config.wta_k, dim=1, sorted=False)
             pooled = l2_normalize(max_pool_winners(values.float(), indices, token_text, 1, wta.dim))
             out.append(rows_to_csr(pooled))
@@ -171,7 +171,7 @@ def encoder_stages(model: UHDEncoder, queries: list[str]) -> dict:
             states = model.backbone_runner()(ids, torch.ones_like(ids), model.layers)
             t.append(time.perf_counter())
             weight, bias = wta.cast_weight(dtype) or (wta.weight, wta.bias)
-            z = torch.addmm(bias, states[0][0].to(dtype), weight.t())
+            z = wta_product(states[0][0], weight, bias, dtype)
             t.append(time.perf_counter())
             values, dims = top_winners(z, model.config.wta_k)
             t.append(time.perf_counter())

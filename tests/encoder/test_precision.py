@@ -162,3 +162,16 @@ def test_emulated_products_round_like_bfloat16_arithmetic(path):
     emulated = wta_product(x, cast_for_product(w, torch.bfloat16), cast_for_product(b, torch.bfloat16), torch.bfloat16)
     assert emulated.dtype == torch.bfloat16 and torch.equal(emulated, native)
     assert float(emulated[0, 0]) == float(torch.tensor(3.1).bfloat16())
+
+
+def test_every_wta_product_goes_through_the_one_function():
+    """A caller that multiplies a head itself (torch.addmm on its weights) takes neither path's contract: on a CPU
+    without bfloat16 hardware its dtypes clash, or it is 7x slower. Only precision.py, and the benchmark that times
+    the raw products on purpose, call addmm."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    allowed = {root / "src/uhdsearch/encoder/precision.py", root / "benchmarks/speed/wta_product.py"}
+    callers = [str(p.relative_to(root)) for folder in ("src", "benchmarks") for p in (root / folder).rglob("*.py")
+               if p not in allowed and "addmm(" in p.read_text(encoding="utf-8")]
+    assert callers == []

@@ -126,6 +126,7 @@ def _encode(wta, states, layer: int, ks: list[int], dtype, tokens_per_batch: int
     import torch
 
     from uhdsearch.encoder.pooling import l2_normalize, max_pool_winners
+    from uhdsearch.encoder.precision import cast_for_product, wta_product
 
     offsets = states.offsets
     parts: dict[int, list[sp.csr_matrix]] = {k: [] for k in ks}
@@ -133,11 +134,11 @@ def _encode(wta, states, layer: int, ks: list[int], dtype, tokens_per_batch: int
     for i in range(1, states.n + 1):  # texts grouped so a group holds about tokens_per_batch tokens
         if offsets[i] - offsets[starts[-1]] >= tokens_per_batch or i == states.n:
             starts.append(i)
-    weight = wta.weight.detach().to(dtype)
+    weight, bias = (cast_for_product(p.detach(), dtype) for p in (wta.weight, wta.bias))
     with torch.inference_mode():
         for a, b in tqdm(list(zip(starts[:-1], starts[1:])), desc=desc, leave=False):
             tokens, token_text = states.gather(range(a, b), [layer])
-            z = torch.addmm(wta.bias.detach().to(dtype), tokens[0].to(dtype), weight.t())
+            z = wta_product(tokens[0], weight, bias, dtype)  # the encoder's product on this CPU's path
             values, indices = torch.topk(z, max(ks), dim=1, sorted=True)
             values = values.float()
             for k in ks:
