@@ -144,21 +144,30 @@ def test_a_write_past_the_deadline_is_not_half_done(segmented, served_encoder, m
 
 
 def test_work_still_running_at_shutdown_finishes_and_is_committed(segmented, served_encoder, mini_data):
+    """A real uvicorn server stopped while a write computes: the write ends, its client gets the answer, and what it
+    added is committed at shutdown. (Starlette's TestClient cannot stand in here: a response still being sent
+    when its portal stops is left waiting for a reader that has gone, and the test hangs.)"""
+    import requests
+    import uvicorn
+
     service = SearchService.open(served_encoder, segmented, None)
     service.add = adding = Computing(service.add, 1.0)
     new = [{"doc_id": d.doc_id, "title": d.title, "text": d.text} for d in list(mini_data.corpus.values())[-1:]]
-    client = _client(service, workers=1)
-
-    def post():
-        with contextlib.suppress(RuntimeError):  # the TestClient's portal closes before the answer comes back
-            client.post("/documents", json={"documents": new}, headers=KEY)
-
-    with client:
-        pending = threading.Thread(target=post)
-        pending.start()
+    app = create_app(service, ServeSettings(api_key="s3cret", workers=1))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                           timeout_graceful_shutdown=30))
+    serving = threading.Thread(target=server.run, daemon=True)
+    serving.start()
+    _wait_until(lambda: server.started and server.servers)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(requests.post, f"http://127.0.0.1:{port}/documents", json={"documents": new},
+                             headers={**KEY, "Host": "localhost"}, timeout=60)
         _wait_until(lambda: adding.inside)
-    pending.join(10)
-    assert adding.finished == 1 and service.writer is None
+        server.should_exit = True  # as at SIGTERM
+        assert answer.result().status_code == 200
+    serving.join(60)
+    assert not serving.is_alive() and adding.finished == 1 and service.writer is None
     # ... and what it added was committed at shutdown, as pending changes are unless --discard-pending
     again = SearchService.open(served_encoder, segmented, None, writable=False)
     assert again.document(new[0]["doc_id"]) is not None and again.snapshot.index.n_documents == 301
