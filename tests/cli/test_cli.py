@@ -279,3 +279,15 @@ def test_quickstart_prints_what_the_pipeline_returns(monkeypatch, tmp_path: Path
     assert code == 0 and calls[1]["recipe"] is None and calls[1]["fast"] is False  # the pipeline's own default
 
 
+
+
+def test_quiet_hides_the_progress_bars_for_its_command_only(trained: Trained, scifact_mini_dir: Path, tmp_path: Path,
+                                                           capsys) -> None:
+    def index(*options: str) -> str:
+        code, _, err = run_cli(capsys, [*options, "index", "--model", str(trained.model), "--data",
+                                        str(scifact_mini_dir), "--out", str(tmp_path / f"index{len(options)}")])
+        assert code == 0, err
+        return err
+
+    assert "%|" not in index("--quiet")
+    assert "%|" in index()  # the next command, in the same process, draws its bars again

@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 
 from uhdsearch.cli.floats import finite_floats
+from uhdsearch.cli.quiet import hide_progress_bars, show_progress_bars
 from uhdsearch.errors import UhdError, UsageError
 from uhdsearch.io import check_output_dir
 
@@ -25,8 +26,11 @@ _state = {"debug": False}
 
 @app.callback()
 def _main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks."),
-          quiet: bool = typer.Option(False, "--quiet", help="Only warnings and errors on stderr.")) -> None:
+          quiet: bool = typer.Option(False, "--quiet",
+                                     help="No progress bars; only warnings and errors in the log.")) -> None:
     _state["debug"] = debug
+    if quiet:
+        hide_progress_bars()
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("faiss").setLevel(logging.WARNING)  # faiss logs every CPU-feature probe at INFO
@@ -374,6 +378,13 @@ def main(argv: list[str] | None = None) -> int:
     User errors are the project's own (UhdError and subclasses), file errors (OSError) and malformed command
     lines. Any other exception propagates with its traceback (a non-zero exit), because it is a bug.
     """
+    try:
+        return _run(argv)
+    finally:
+        show_progress_bars()  # --quiet hid them for this command only
+
+
+def _run(argv: list[str] | None) -> int:
     _state["debug"] = False
     try:
         code = finite_floats(typer.main.get_command(app)).main(args=argv, standalone_mode=False)
