@@ -26,6 +26,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
@@ -215,6 +216,7 @@ def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[s
         rss_end = server.memory_info().rss
         health = requests.get(f"{base}/health").json()
         result = summarize(name, env, rss_start, rss_end, health, writer)
+        result["explain_cache"] = explain_cache(requests.get(f"{base}/metrics").text)
         result["rss_ready_mb"] = round(rss_ready / 2**20, 1)
         result["server_src"] = str(src)
         return result
@@ -227,6 +229,12 @@ def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[s
         except subprocess.TimeoutExpired:
             process.kill()
             log(f"{name}: server still running 120 s after SIGTERM: killed (see {log_file})")
+
+
+def explain_cache(metrics: str) -> dict[str, int] | None:
+    """/explain's document cache lookups from /metrics (hit, miss), None from a server without the cache."""
+    found = dict(re.findall(r'^uhdsearch_explain_cache_lookups\{result="(\w+)"\} ([0-9.e+]+)$', metrics, re.M))
+    return {k: int(float(v)) for k, v in found.items()} or None
 
 
 def summarize(name: str, env, rss_start: int, rss_end: int, health: dict, writer: bool) -> dict:

@@ -53,6 +53,8 @@ def serve(
                                      "call, at most; 1: each request alone."),
     encode_wait_ms: float = typer.Option(3.0, "--encode-wait-ms", help="How long a batch of queries waits for "
                                          "more before it queues for a worker."),
+    explain_cache: int = typer.Option(512, "--explain-cache", help="Documents whose tokens /explain keeps "
+                                      "encoded (~80 KB each), most recently asked first; 0: none."),
     workers: int = typer.Option(0, "--workers", help="Requests encoding or searching at once (the rest queue); "
                                 "0: one per CPU core, each with one torch thread."),
     onnx: bool = typer.Option(False, "--onnx", help="Encode queries with the backbone in ONNX Runtime (~2x "
@@ -95,7 +97,8 @@ def serve(
     settings = ServeSettings(max_query_chars=max_query_chars, max_k=max_k, max_batch=max_batch,
                              max_body_bytes=max_body_bytes, queue_timeout_s=queue_timeout, max_queue=max_queue,
                              loopback=loopback, workers=workers, encode_batch=encode_batch,
-                             encode_wait_s=encode_wait_ms / 1000, commit_at_shutdown=not discard_pending)
+                             encode_wait_s=encode_wait_ms / 1000, explain_cache=explain_cache,
+                             commit_at_shutdown=not discard_pending)
     if max_segments < 0:
         raise UsageError(f"--max-segments {max_segments} must be 0 (never merge) or a positive number of segments")
     if shards < 0:

@@ -24,6 +24,7 @@ from uhdsearch.search.searcher import MAX_QUERY_CHARS
 from uhdsearch.serving import limits
 from uhdsearch.serving.admission import Admission, BodyLimit
 from uhdsearch.serving.batching import PreEncoded, QueryBatcher
+from uhdsearch.serving.explain import WinnersCache
 from uhdsearch.serving.guards import add_guards, write_guard
 from uhdsearch.serving.metrics import Metrics
 from uhdsearch.serving.schemas import SEARCH_OPTIONS, AddRequest, DocumentOut, SearchRequest, SearchResponse
@@ -45,6 +46,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
     # alone. It reports the time of real encodings only.
     pre_encoded = PreEncoded(service.query_encoder or service.encoder, metrics.encode.observe)
     service.query_encoder, service.on_encode = pre_encoded, lambda seconds: None
+    service.document_winners = WinnersCache(settings.explain_cache)
     ready, stopping = threading.Event(), threading.Event()
 
     def warm_up() -> None:
@@ -178,7 +180,13 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         options = _options(dict(scoring=scoring, query_k=query_k, bucket_weights=bucket_weights, max_df=max_df,
                                 idf=idf, cascade=cascade, length_norm=length_norm), settings.max_k)
         limits.check_options(options.query_k, options.bucket_weights, settings)
-        explained = await blocking(service.explain, q, doc_id, options)
+        rows = await batcher.encode([q[:MAX_QUERY_CHARS]])  # with concurrent searches' queries
+
+        def explaining():
+            with pre_encoded.given(rows):
+                return service.explain(q, doc_id, options)
+
+        explained = await blocking(explaining)
         limits.check_finite(explained["score"], "the score")
         return explained
 
@@ -232,6 +240,9 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         metrics.generation.set(-1 if snapshot.generation is None else snapshot.generation)
         metrics.segments.set(getattr(snapshot.index, "n_segments", 1))
         metrics.pending.set(service.pending_changes)
+        cache = service.document_winners
+        metrics.explain_cache.labels("hit").set(cache.hits)
+        metrics.explain_cache.labels("miss").set(cache.misses)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,6 +73,48 @@ def token_winners(encoder, texts: Sequence[str], kind: str) -> list[list[TokenWi
         text_names = [names[r] for r in rows]
         out.append([TokenWinners(text_names, ids[rows], values[rows], dims[rows]) for values, dims in per_bucket])
     return out
+
+
+class WinnersCache:
+    """The latest documents' token winners, bounded: /explain's costliest step is encoding the document's tokens
+    (its backbone pass and the head's product over ~256 tokens), and the documents people ask about repeat (the
+    top hits of common queries). Keyed by doc_id and checked against the text, so a replaced document is
+    encoded again. `capacity` 0 turns it off; hits and misses are counted for /metrics.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError(f"capacity={capacity} must be >= 0")
+        self.capacity = capacity
+        self.hits = self.misses = 0
+        self._entries: OrderedDict[str, tuple[str, list[TokenWinners]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, encoder, doc_id: str, text: str) -> list[TokenWinners]:
+        """`text`'s winners per bucket (token_winners of the document), from the cache when it holds them."""
+        with self._lock:
+            entry = self._entries.get(doc_id)
+            if entry is not None and entry[0] == text:
+                self._entries.move_to_end(doc_id)
+                self.hits += 1
+                return entry[1]
+            self.misses += 1
+        winners = [_compact(w) for w in token_winners(encoder, [text], "document")[0]]
+        if self.capacity:
+            with self._lock:
+                self._entries[doc_id] = (text, winners)
+                self._entries.move_to_end(doc_id)
+                while len(self._entries) > self.capacity:
+                    self._entries.popitem(last=False)
+        return winners
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _compact(winners: TokenWinners) -> TokenWinners:
+    """int32 dimensions (torch's top-k gives int64): half the memory a cached document holds."""
+    return TokenWinners(winners.tokens, winners.token_ids, winners.values, winners.dims.astype(np.int32))
 
 
 def dim_contributions(

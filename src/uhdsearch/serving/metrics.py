@@ -25,3 +25,5 @@ class Metrics:
                              registry=self.registry)
         self.generation = Gauge("uhdsearch_index_generation", "Commit generation served (-1: static index)",
                                 registry=self.registry)
+        self.explain_cache = Gauge("uhdsearch_explain_cache_lookups", "/explain's documents found encoded (hit) or "
+                                   "encoded (miss) since start", ["result"], registry=self.registry)

@@ -27,11 +27,12 @@ from uhdsearch.index import commit_exists
 from uhdsearch.search.options import SearchOptions  # noqa: F401  (moved to search/options.py; kept importable)
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.serving.documents import ADDED_FILE, DocumentStore, Texts
-from uhdsearch.serving.explain import TypicalTokens, dim_contributions, token_winners
+from uhdsearch.serving.explain import TypicalTokens, WinnersCache, dim_contributions, token_winners
 from uhdsearch.types import Document, Query, Run
 
 logger = logging.getLogger(__name__)
 
+EXPLAIN_CACHE = 512  # documents whose token winners /explain keeps (~80 KB each at 256 tokens, wta_k 40)
 MERGE_PUBLISH_WAIT_S = 60.0  # how long a write waits while a finished merge is being published (not 409)
 
 
@@ -91,6 +92,7 @@ class SearchService:
     typical: TypicalTokens | None = None
     on_encode: Callable[[float], None] = lambda seconds: None
     query_encoder: object | None = None  # e.g. a LookupEncoder (inference-free queries); None: `encoder`
+    document_winners: WinnersCache = field(default_factory=lambda: WinnersCache(EXPLAIN_CACHE))  # for /explain
     _write_lock: threading.Lock = field(default_factory=threading.Lock)
     _pending: list[Document] = field(default_factory=list)
     _pending_deletes: int = 0
@@ -201,7 +203,7 @@ class SearchService:
         shared.sort(key=lambda row: (-row[3], row[0], row[1]))
         query_tokens = token_winners(self.encoder, [text[:self._max_query_chars()]], "query")[0]
         document = snapshot.texts.get(doc_id)
-        document_tokens = token_winners(self.encoder, [document.full_text], "document")[0] if document else None
+        document_tokens = self.document_winners.get(self.encoder, doc_id, document.full_text) if document else None
         layers = self.encoder.layers
         buckets = []
         for b in range(snapshot.index.n_buckets):

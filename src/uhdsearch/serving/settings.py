@@ -33,6 +33,7 @@ class ServeSettings:
         commit_at_shutdown: a graceful shutdown commits the changes still pending (False: drops them).
         encode_batch, encode_wait_s: concurrent requests' queries are encoded together (batching.py): a batch
             gathers for up to `encode_wait_s`, and on while it waits for a worker, up to `encode_batch` queries.
+        explain_cache: documents whose token winners /explain keeps (explain.py WinnersCache; 0: none).
     """
 
     max_query_chars: int = 2_000
@@ -52,6 +53,7 @@ class ServeSettings:
     body_timeout_s: float = 10.0
     encode_batch: int = 32
     encode_wait_s: float = 0.003
+    explain_cache: int = 512
     commit_at_shutdown: bool = True
     snippet_chars: int = 240
     api_key: ApiKey | str | None = field(default=None, repr=False)
@@ -71,6 +73,8 @@ class ServeSettings:
                 raise UsageError(f"{name}={getattr(self, name)!r} must be positive")
         if not 0 <= self.encode_wait_s <= 1:
             raise UsageError(f"encode_wait_s={self.encode_wait_s!r} must be between 0 and 1 second")
+        if not isinstance(self.explain_cache, int) or self.explain_cache < 0:
+            raise UsageError(f"explain_cache={self.explain_cache!r} must be 0 or a positive integer")
         if not isinstance(self.max_queue, int) or self.max_queue < 0:
             raise UsageError(f"max_queue={self.max_queue!r} must be 0 or a positive integer")
         if isinstance(self.api_key, str):
