@@ -204,21 +204,35 @@ def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[s
         server = psutil.Process(process.pid)
         rss_ready = server.memory_info().rss
         env = Environment(user_classes=user_classes, host=base)
+        measured: list[tuple[float, bool]] = []  # (ms, failed) of reads answered after the warm-up
+
+        def on_request(name, response_time, exception=None, **_):
+            if SHARED.get("measuring") and name in ("/search", "/explain"):
+                measured.append((response_time, exception is not None))
+
+        env.events.request.add_listener(on_request)
         runner = env.create_local_runner()
         runner.start(args.users + (1 if writer else 0), spawn_rate=args.users)
         # Memory growth is read from the end of a warm-up under the same load (first use of every code path, the
         # first commit's reopen), so it measures what the run keeps adding, not one-off start-up allocations.
         # Requests (and failures: every consistency check) count over warm-up and run together.
         gevent.sleep(args.warm_up)
+        SHARED["measuring"] = True
         rss_start = server.memory_info().rss
+        cpu_start = (sum(server.cpu_times()[:2]), sum(psutil.Process().cpu_times()[:2]))
         gevent.sleep(args.duration)
         runner.quit()
         rss_end = server.memory_info().rss
+        cpu_end = (sum(server.cpu_times()[:2]), sum(psutil.Process().cpu_times()[:2]))
         health = requests.get(f"{base}/health").json()
         result = summarize(name, env, rss_start, rss_end, health, writer)
         result["explain_cache"] = explain_cache(requests.get(f"{base}/metrics").text)
         result["rss_ready_mb"] = round(rss_ready / 2**20, 1)
         result["server_src"] = str(src)
+        result["after_warm_up"] = after_warm_up(measured, args.duration)
+        # CPU seconds per second of the measured part: the server's, and this process's (locust's users)
+        result["cores_busy"] = {"server": round((cpu_end[0] - cpu_start[0]) / args.duration, 2),
+                                "load_generator": round((cpu_end[1] - cpu_start[1]) / args.duration, 2)}
         return result
     finally:
         stopping = time.perf_counter()
@@ -229,6 +243,16 @@ def one_run(name: str, index_dir: Path, data: Path | None, args, queries: list[s
         except subprocess.TimeoutExpired:
             process.kill()
             log(f"{name}: server still running 120 s after SIGTERM: killed (see {log_file})")
+
+
+def after_warm_up(measured: list[tuple[float, bool]], seconds: float) -> dict:
+    """Reads answered in the measured part only: the steady state, without start-up (first uses, cold caches)."""
+    import numpy as np
+
+    times = np.array([ms for ms, _ in measured]) if measured else np.zeros(1)
+    return {"requests": len(measured), "failures": sum(failed for _, failed in measured),
+            "rps": round(len(measured) / seconds, 2), "p50_ms": round(float(np.percentile(times, 50)), 1),
+            "p99_ms": round(float(np.percentile(times, 99)), 1)}
 
 
 def explain_cache(metrics: str) -> dict[str, int] | None:

@@ -63,14 +63,22 @@ def test_explain_answers_the_same_from_the_cache_and_metrics_count_it(served, se
         with TestClient(create_app(service, ServeSettings(explain_cache=capacity)),
                         base_url="http://localhost") as client:
             hit = client.get("/search", params={"q": QUERY, "k": 1}).json()["results"][0]["hits"][0]
+            encodings = _encodings(client)
             twice = [client.get("/explain", params={"q": QUERY, "doc_id": hit["doc_id"]}).json() for _ in range(2)]
             assert twice[0] == twice[1] and twice[0]["document_text"]
             answers[capacity] = twice[0]
             metrics = client.get("/metrics").text
+            assert _encodings(client) == encodings  # the query is scored from its token winners' one pass
             hits = 1 if capacity else 0
             assert f'uhdsearch_explain_cache_lookups{{result="hit"}} {hits:.1f}' in metrics
             assert f'uhdsearch_explain_cache_lookups{{result="miss"}} {2 - hits:.1f}' in metrics
     assert answers[0] == answers[16]
+
+
+def _encodings(client) -> float:
+    import re
+
+    return float(re.search(r"^uhdsearch_encode_seconds_count ([0-9.e+]+)$", client.get("/metrics").text, re.M)[1])
 
 
 def test_the_cache_size_is_checked():
@@ -78,3 +86,14 @@ def test_the_cache_size_is_checked():
 
     with pytest.raises(UsageError, match="explain_cache"):
         ServeSettings(explain_cache=-1)
+
+
+def test_explain_pools_the_query_from_its_token_winners_as_encoding_does(served_encoder):
+    from uhdsearch.serving.explain import query_winners
+
+    winners, raw = query_winners(served_encoder, QUERY)
+    encoded = served_encoder.encode([QUERY], "query")
+    assert len(winners) == raw.n_buckets == encoded.n_buckets
+    for mine, theirs in zip(raw.buckets, encoded.buckets):
+        np.testing.assert_array_equal(mine.indices, theirs.indices)
+        np.testing.assert_array_equal(mine.data, theirs.data)

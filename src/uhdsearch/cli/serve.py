@@ -131,6 +131,11 @@ def serve(
 
     torch.set_num_threads(torch_threads)  # only now: option errors must leave the calling process as it was
     app = create_app(service, settings)
+    import gc
+
+    # What is loaded by now (ids, texts, index arrays) lives as long as the server: the garbage collector's full
+    # passes under load need not walk it again and again, and each such pass holds every thread.
+    gc.freeze()
     # At SIGTERM, connections get this long to finish; work already started ends in any case (create_app).
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=30, log_level="info")
 

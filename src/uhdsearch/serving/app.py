@@ -180,13 +180,7 @@ def create_app(service: SearchService, settings: ServeSettings | None = None) ->
         options = _options(dict(scoring=scoring, query_k=query_k, bucket_weights=bucket_weights, max_df=max_df,
                                 idf=idf, cascade=cascade, length_norm=length_norm), settings.max_k)
         limits.check_options(options.query_k, options.bucket_weights, settings)
-        rows = await batcher.encode([q[:MAX_QUERY_CHARS]])  # with concurrent searches' queries
-
-        def explaining():
-            with pre_encoded.given(rows):
-                return service.explain(q, doc_id, options)
-
-        explained = await blocking(explaining)
+        explained = await blocking(service.explain, q, doc_id, options)
         limits.check_finite(explained["score"], "the score")
         return explained
 

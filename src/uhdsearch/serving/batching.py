@@ -34,6 +34,10 @@ class PreEncoded:
     def __getattr__(self, name):
         return getattr(self._encoder, name)
 
+    def wraps(self, encoder) -> bool:
+        """Whether `encoder` is the one this encodes with."""
+        return self._encoder is encoder
+
     @contextmanager
     def given(self, rows: Rows):
         """Within the block, this thread's query encodings come from `rows` where they hold every text."""

@@ -41,9 +41,22 @@ class TokenWinners:
         return list(best.items())[:limit]
 
 
-def token_winners(encoder, texts: Sequence[str], kind: str) -> list[list[TokenWinners]]:
-    """Per text, per bucket, the winners of every token, as the encoder computes them before pooling."""
+def query_winners(encoder, text: str) -> tuple[list[TokenWinners], SparseEncoding]:
+    """One query's token winners per bucket and its raw encoding, pooled from them: what
+    `encoder.encode([text], "query")` gives (no query_k), from the one backbone pass and head product."""
+    pooled: list = []
+    winners = token_winners(encoder, [text], "query", pooled)[0]
+    return winners, SparseEncoding(pooled, np.zeros(1, dtype=bool))
+
+
+def token_winners(encoder, texts: Sequence[str], kind: str, pooled: list | None = None) -> list[list[TokenWinners]]:
+    """Per text, per bucket, the winners of every token, as the encoder computes them before pooling.
+
+    pooled: a list to receive each bucket's pooled (len(texts), dim) CSR rows, as encoding gives them.
+    """
     import torch
+
+    from uhdsearch.encoder.winners import pooled_csr
 
     from uhdsearch.encoder.precision import product_dtype
 
@@ -64,7 +77,10 @@ def token_winners(encoder, texts: Sequence[str], kind: str) -> list[list[TokenWi
             tokens = layer_states[keep]
             if layer in encoder.state_transforms:
                 tokens = encoder.state_transforms[layer](tokens)
-            values, dims = encoder.buckets.wta[str(layer)](tokens, config.wta_k, dtype)
+            wta = encoder.buckets.wta[str(layer)]
+            values, dims = wta(tokens, config.wta_k, dtype)
+            if pooled is not None:
+                pooled.append(pooled_csr(values, dims, torch.from_numpy(token_text), len(texts), wta.dim))
             per_bucket.append((values.float().numpy(), dims.numpy()))
     names = encoder.backbone.tokenizer.convert_ids_to_tokens(ids.tolist())
     out = []

@@ -27,7 +27,7 @@ from uhdsearch.index import commit_exists
 from uhdsearch.search.options import SearchOptions  # noqa: F401  (moved to search/options.py; kept importable)
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.serving.documents import ADDED_FILE, DocumentStore, Texts
-from uhdsearch.serving.explain import TypicalTokens, WinnersCache, dim_contributions, token_winners
+from uhdsearch.serving.explain import TypicalTokens, WinnersCache, dim_contributions, query_winners
 from uhdsearch.types import Document, Query, Run
 
 logger = logging.getLogger(__name__)
@@ -195,13 +195,19 @@ class SearchService:
             raise ServiceError(404, f"doc_id {doc_id!r} is not in the index")
         searcher = self.searcher(snapshot)
         resolved = searcher.resolve(options)
-        query = searcher.encode([Query("q", text)], options)
+        text = text[:self._max_query_chars()]
+        query_tokens, raw = query_winners(self.encoder, text)
+        encoder = self.query_encoder
+        if hasattr(encoder, "given") and encoder.wraps(self.encoder):  # batching.PreEncoded: one pass serves both
+            with encoder.given({text: raw}):
+                query = searcher.encode([Query("q", text)], options)
+        else:  # another query encoder (lookup table, student) scores the query
+            query = searcher.encode([Query("q", text)], options)
         # kernel_scoring: with idf, binary scoring counts the quantized query weights, as /search does
         shared = dim_contributions(snapshot.index, query, number, resolved.bucket_weights, resolved.kernel_scoring,
                                    resolved.length_norm)
         first_pass = _first_pass_dims(searcher, resolved.cascade, snapshot.index.n_documents)
         shared.sort(key=lambda row: (-row[3], row[0], row[1]))
-        query_tokens = token_winners(self.encoder, [text[:self._max_query_chars()]], "query")[0]
         document = snapshot.texts.get(doc_id)
         document_tokens = self.document_winners.get(self.encoder, doc_id, document.full_text) if document else None
         layers = self.encoder.layers
