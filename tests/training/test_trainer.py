@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from uhdsearch.errors import UsageError
 from uhdsearch.training.data import ict_pairs, pairs_from_qrels
 from uhdsearch.training.losses import flops
 from uhdsearch.training.negatives import teacher_negatives
@@ -108,3 +109,27 @@ def test_train_rejects_objectives_without_their_inputs(tiny_encoder, setup):
     states = tiny_encoder.token_states(["one query"], "query", show_progress=False)
     with pytest.raises(ValueError, match="query_states cover 1 texts"):
         train(tiny_encoder, docs, pairs, query_states=states, show_progress=False)
+
+
+def test_document_tokens_trains_on_each_documents_first_tokens(tiny_encoder, tiny_encoder_session, setup):
+    import copy
+
+    from uhdsearch.encoder.states import compute_token_states
+
+    docs, pairs, _, _ = setup
+    states = compute_token_states(tiny_encoder.backbone, [d.full_text for d in docs], list(tiny_encoder.layers),
+                                  tiny_encoder.config.document_max_length, show_progress=False)
+    assert int(np.diff(states.offsets).max()) > 12  # the cut below removes tokens
+    base = dict(epochs=1, batch_size=8, learning_rate=3e-3, loss="infonce")
+    models = [copy.deepcopy(tiny_encoder_session) for _ in range(3)]
+    cut = train(models[0], docs, pairs, TrainingArgs(**base, document_tokens=12), document_states=states,
+                show_progress=False)
+    by_hand = train(models[1], docs, pairs, TrainingArgs(**base), document_states=states.truncated(12),
+                    show_progress=False)
+    whole = train(models[2], docs, pairs, TrainingArgs(**base), document_states=states, show_progress=False)
+    assert cut.losses == by_hand.losses != whole.losses
+    with pytest.raises(UsageError, match="document_tokens"):
+        TrainingArgs(document_tokens=0)
+    with pytest.raises(UsageError, match="document_tokens"):
+        train(models[0], docs, pairs, TrainingArgs(**base, document_tokens=12, train_backbone_layers=-1),
+              show_progress=False)

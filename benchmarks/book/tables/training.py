@@ -56,3 +56,30 @@ def query_limits(results: Results) -> Table:
                  cpu(results(sources[0])),
                  ["Dev nDCG@10 (plain binary counts) per query token limit, the choice in bold; test scored once, "
                   "at the choice. The recipe now makes this choice itself (`Recipe.query_lengths`)."])
+
+
+@table("cheaper-recipes")
+def cheaper_recipes(results: Results) -> Table:
+    """Cheaper variants of the quickstart recipe on SciFact dev (issue 33), beside the preset's own dev checks."""
+    extra, preset = results("quickstart_scifact_extra.json"), results("quickstart_scifact.json")
+    dev = dict(extra["dev_evals"])
+    steps = preset["config"]["training_steps"]
+    rows = []
+    for every in (50, 150):  # the preset's own checks, and the same run read at every 150 steps only
+        seen = {s: v for s, v in dev.items() if s % every == 0}
+        best = max(seen, key=lambda s: (seen[s], -s))
+        rows.append([f"quickstart preset{'' if every == 50 else f', read at every {every} steps'}", str(steps),
+                     "256", ", ".join(map(str, seen)), f"{f4(seen[0])} → {f4(seen[best])} (step {best})",
+                     f"{preset['seconds']['train']:.0f} (the quickstart's run)" if every == 50 else "—"])
+    run = results("cheaper_recipe.json")
+    for v in run["variants"]:
+        checks = ", ".join(str(s) for s, _ in v["dev_evals"])
+        rows.append([v["variant"], str(v["steps"]), str(v["fields"].get("document_tokens", 256)), checks,
+                     f"{f4(v['dev_evals'][0][1])} → {f4(v['best_dev'])} (step {v['best_step']})",
+                     f"{v['train_seconds']:.0f}"])
+    return Table(["recipe", "steps", "document tokens in training", "dev checks at", "dev nDCG@10, step 0 → kept",
+                  "training s"], rows, ["quickstart_scifact_extra.json", "cheaper_recipe.json"],
+                 "python -m benchmarks.experiments.cheaper_recipe", cpu(run),
+                 ["SciFact dev split only (10 % of the train queries); test is not read. Training seconds include "
+                  "the dev checks and the head and query-length choice, natively on the CPU named here; the first "
+                  "two variants shared the cores with test runs for part of their time."])

@@ -47,6 +47,24 @@ class TokenStates:
             raise UsageError(f"token states hold layers {self.layers}, not {missing}")
         return TokenStates(list(layers), [self.layer(layer) for layer in layers], self.offsets, self.char_spans)
 
+    def truncated(self, max_tokens: int) -> TokenStates:
+        """The same texts cut to their first `max_tokens` token states (copies).
+
+        >>> s = TokenStates([6], [torch.arange(5.).reshape(5, 1)], np.array([0, 3, 5]), np.zeros((5, 2), np.int32))
+        >>> t = s.truncated(2)
+        >>> t.offsets.tolist(), t.layer(6).flatten().tolist()
+        ([0, 2, 4], [0.0, 1.0, 3.0, 4.0])
+        """
+        if max_tokens < 1:
+            raise UsageError(f"max_tokens={max_tokens} must be >= 1")
+        lengths = np.minimum(np.diff(self.offsets), max_tokens)
+        keep = np.concatenate([np.arange(lo, lo + n) for lo, n in zip(self.offsets[:-1], lengths)] or [[]])
+        keep = keep.astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(self.offsets.dtype)
+        index = torch.from_numpy(keep)
+        return TokenStates(list(self.layers), [s.index_select(0, index) for s in self.states], offsets,
+                           self.char_spans[keep])
+
     def gather(self, rows: Sequence[int], layers: Sequence[int], drop: np.ndarray | None = None):
         """Token states of `rows` as packed float32 tensors plus each token's position in `rows`.
 

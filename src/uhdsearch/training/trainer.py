@@ -71,6 +71,9 @@ class TrainingArgs:
     density_weight: float = 0.0  # x the density penalty of the batch's document buckets
     density: Literal["flops", "df"] = "flops"  # df needs tau
     max_steps: int | None = None
+    # Frozen backbone: train on each document's first N token states (None: all of them). The head's product
+    # over document tokens is most of a step; dev checks and the index still read whole documents.
+    document_tokens: int | None = None
     max_minutes: float | None = None  # stop early when a time budget runs out
     eval_every: int | None = None  # steps between eval hook calls; the best state is kept
     remine_every: int | None = None  # with a `remine` hook: new hard negatives at step 0 and every N steps (ANCE)
@@ -107,6 +110,8 @@ class TrainingArgs:
             raise UsageError("the relaxed estimator and the df density penalty need a tau (e.g. tau=0.1)")
         if self.remine_every is not None and self.remine_every < 1:
             raise UsageError(f"remine_every={self.remine_every} must be >= 1 (steps) or None")
+        if self.document_tokens is not None and self.document_tokens < 1:
+            raise UsageError(f"document_tokens={self.document_tokens} must be >= 1 or None")
         if self.tau_end is not None and self.tau is None:
             raise UsageError("tau_end needs a starting tau")
 
@@ -167,6 +172,9 @@ def train(
     torch.manual_seed(args.seed)
     n_top = args.train_backbone_layers
     frozen = 0 <= n_top < model.backbone.n_layers  # lower layers frozen: their states are computed once
+    if args.document_tokens and not frozen:
+        raise UsageError("document_tokens cuts cached token states: it needs train_backbone_layers below the "
+                         "backbone's depth")
     model.backbone.set_trainable_layers(n_top)
     negative_of = {id(p): n for p, n in zip(pairs, hard_negatives)} if hard_negatives is not None else {}
     positives = positives_by_query(pairs)
@@ -175,6 +183,8 @@ def train(
         document_states = document_states.select(layers) if document_states is not None else compute_token_states(
             model.backbone, [d.full_text for d in documents], layers, model.config.document_max_length,
             show_progress=show_progress, desc="backbone documents")
+        if args.document_tokens:
+            document_states = document_states.truncated(args.document_tokens)
         unique_queries = sorted({p.query for p in pairs})
         if query_states is None:
             query_states = compute_token_states(model.backbone, unique_queries, layers, model.config.query_max_length,
