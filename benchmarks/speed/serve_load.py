@@ -280,6 +280,7 @@ def summarize(name: str, env, rss_start: int, rss_end: int, health: dict, writer
         "rss_start_mb": round(rss_start / 2**20, 1), "rss_end_mb": round(rss_end / 2**20, 1),
         "rss_growth": round(rss_end / rss_start - 1, 4),
         "n_documents_end": health["n_documents"], "generation_end": health["generation"],
+        "n_segments_end": health.get("n_segments"),
     }
 
 

@@ -8,9 +8,14 @@ from ..sources import Results, cpu, ms, ratio
 def load_rows(run: dict) -> list[list[str]]:
     rows = []
     for one in run["runs"]:
-        total = one["total"]
+        total, steady = one["total"], one.get("after_warm_up")
+        cache = one.get("explain_cache")
         rows.append([one["name"], f"{total['requests']:,}", str(total["failures"]), f"{total['rps']:.1f}",
-                     ms(total["p50_ms"]), ms(total["p99_ms"]), f"{100 * one['rss_growth']:.1f} %"])
+                     ms(total["p50_ms"]), ms(total["p99_ms"]),
+                     f"{ms(steady['p50_ms'])} / {ms(steady['p99_ms'])}" if steady else "—",
+                     f"{one['cores_busy']['server']:.2f}" if one.get("cores_busy") else "—",
+                     f"{cache['hit']:,} / {cache['miss']:,}" if cache else "—",
+                     f"{100 * one['rss_growth']:.1f} %"])
     return rows
 
 
@@ -19,20 +24,27 @@ def serve_options(settings: dict) -> list[str]:
     return options.split() if isinstance(options, str) else list(options)
 
 
-HEADER = ["run", "requests", "failures", "requests/s", "p50 ms", "p99 ms", "memory growth"]
+HEADER = ["run", "requests", "failures", "requests/s", "p50 ms", "p99 ms", "measured minute: p50 / p99 ms",
+          "server cores busy", "/explain cache hits / misses", "memory growth"]
+
+
+def load_settings(run: dict) -> str:
+    s = run["settings"]
+    return (f"{s['users']} locust users, {s['warm_up']} s warm-up + {s['duration']} s measured, "
+            f"{int(100 * s['explain_share'])} % /explain, server options `{' '.join(serve_options(s))}`."
+            + (f" Note: {run['label']}." if run.get("label") else ""))
 
 
 @table("serve-load")
 def serve_load(results: Results) -> Table:
     run = results("serve_load.json")
-    s = run["settings"]
     return Table(HEADER, load_rows(run), ["serve_load.json"], "python -m benchmarks.speed.serve_load",
                  cpu(run, f"not recorded ({run['cpu_count']} cores)"),
-                 [f"{s['users']} locust users, {s['warm_up']} s warm-up + {s['duration']} s measured, "
-                  f"{int(100 * s['explain_share'])} % /explain, server options `{' '.join(serve_options(s))}`."
-                  + (f" Note: {run['label']}." if run.get("label") else "")
-                  + "".join(f" {one['name']}: {one['consistency_checks']}." for one in run["runs"]
-                            if one.get("consistency_checks"))])
+                 [load_settings(run)
+                  + "".join(f" {one['name']}: {one['consistency_checks']}"
+                            + (f"; it ended with {one['n_segments_end']} segments (`--max-segments` 10)."
+                               if one.get("n_segments_end") is not None else ".")
+                            for one in run["runs"] if one.get("consistency_checks"))])
 
 
 @table("serve-before-after")
@@ -40,7 +52,24 @@ def serve_before_after(results: Results) -> Table:
     run = results("serve_load_before_after.json")
     return Table(HEADER, load_rows(run), ["serve_load_before_after.json"],
                  "python -m benchmarks.speed.serve_load --baseline-src OLD/src --runs static",
-                 cpu(run), [f"Settings: {run['label']}."])
+                 cpu(run), [load_settings(run)])
+
+
+@table("serve-no-explain-cache")
+def serve_no_explain_cache(results: Results) -> Table:
+    run = results("serve_load_no_cache.json")
+    return Table(HEADER, load_rows(run), ["serve_load_no_cache.json"],
+                 "python -m benchmarks.speed.serve_load --runs static --serve-options '--onnx --explain-cache 0'",
+                 cpu(run), [load_settings(run)])
+
+
+@table("serve-capacity")
+def serve_capacity(results: Results) -> Table:
+    run = results("serve_load_capacity.json")
+    s = run["settings"]
+    return Table(HEADER, load_rows(run), ["serve_load_capacity.json"],
+                 f"python -m benchmarks.speed.serve_load --baseline-src OLD/src --runs static --users {s['users']}",
+                 cpu(run), [load_settings(run)])
 
 
 @table("serve-overload")
