@@ -47,29 +47,28 @@ def serve_load(results: Results) -> Table:
                             for one in run["runs"] if one.get("consistency_checks"))])
 
 
+def load_table(results: Results, file: str, command: str) -> Table:
+    """One load run's table: its rows, its settings and its CPU."""
+    run = results(file)
+    return Table(HEADER, load_rows(run), [file], command, cpu(run), [load_settings(run)])
+
+
 @table("serve-before-after")
 def serve_before_after(results: Results) -> Table:
-    run = results("serve_load_before_after.json")
-    return Table(HEADER, load_rows(run), ["serve_load_before_after.json"],
-                 "python -m benchmarks.speed.serve_load --baseline-src OLD/src --runs static",
-                 cpu(run), [load_settings(run)])
+    return load_table(results, "serve_load_before_after.json",
+                      "python -m benchmarks.speed.serve_load --baseline-src OLD/src --runs static")
 
 
 @table("serve-no-explain-cache")
 def serve_no_explain_cache(results: Results) -> Table:
-    run = results("serve_load_no_cache.json")
-    return Table(HEADER, load_rows(run), ["serve_load_no_cache.json"],
-                 "python -m benchmarks.speed.serve_load --runs static --serve-options '--onnx --explain-cache 0'",
-                 cpu(run), [load_settings(run)])
+    return load_table(results, "serve_load_no_cache.json", "python -m benchmarks.speed.serve_load --runs static "
+                      "--serve-options '--onnx --explain-cache 0'")
 
 
 @table("serve-capacity")
 def serve_capacity(results: Results) -> Table:
-    run = results("serve_load_capacity.json")
-    s = run["settings"]
-    return Table(HEADER, load_rows(run), ["serve_load_capacity.json"],
-                 f"python -m benchmarks.speed.serve_load --baseline-src OLD/src --runs static --users {s['users']}",
-                 cpu(run), [load_settings(run)])
+    return load_table(results, "serve_load_capacity.json",
+                      "python -m benchmarks.speed.serve_load --baseline-src OLD/src --runs static --users 150")
 
 
 @table("serve-overload")
