@@ -56,6 +56,7 @@ def token_winners(encoder, texts: Sequence[str], kind: str, pooled: list | None 
     """
     import torch
 
+    from uhdsearch.encoder.modes import evaluating
     from uhdsearch.encoder.winners import pooled_csr
 
     from uhdsearch.encoder.precision import product_dtype
@@ -64,7 +65,8 @@ def token_winners(encoder, texts: Sequence[str], kind: str, pooled: list | None 
     max_length = config.query_max_length if kind == "query" else config.document_max_length
     batch = encoder.backbone.tokenize(list(texts), max_length)
     dtype = product_dtype(config.wta_dtype)
-    with torch.inference_mode():
+    # Eval mode as encoding runs it: a model still in training mode would drop out states at random.
+    with evaluating(encoder), torch.inference_mode():
         # The backbone as encoding runs it: ONNX Runtime when the encoder uses it (serve --onnx; ~2x faster on a
         # CPU, the same float32 graph), else PyTorch. A document's 256 tokens made /explain the costliest request.
         runner = encoder._backbone_runner() if hasattr(encoder, "_backbone_runner") else encoder.backbone
