@@ -57,9 +57,8 @@ def token_winners(encoder, texts: Sequence[str], kind: str, pooled: list | None 
     import torch
 
     from uhdsearch.encoder.modes import evaluating
-    from uhdsearch.encoder.winners import pooled_csr
-
     from uhdsearch.encoder.precision import product_dtype
+    from uhdsearch.encoder.winners import pooled_csr
 
     config = encoder.config
     max_length = config.query_max_length if kind == "query" else config.document_max_length

@@ -13,6 +13,7 @@ publishes a change nobody committed.
 from __future__ import annotations
 
 import logging
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,11 +29,11 @@ from uhdsearch.search.options import SearchOptions  # noqa: F401  (moved to sear
 from uhdsearch.search.searcher import Searcher
 from uhdsearch.serving.documents import ADDED_FILE, DocumentStore, Texts
 from uhdsearch.serving.explain import TypicalTokens, WinnersCache, dim_contributions, query_winners
+from uhdsearch.serving.settings import ServeSettings
 from uhdsearch.types import Document, Query, Run
 
 logger = logging.getLogger(__name__)
 
-EXPLAIN_CACHE = 512  # documents whose token winners /explain keeps (~80 KB each at 256 tokens, wta_k 40)
 MERGE_PUBLISH_WAIT_S = 60.0  # how long a write waits while a finished merge is being published (not 409)
 
 
@@ -92,7 +93,7 @@ class SearchService:
     typical: TypicalTokens | None = None
     on_encode: Callable[[float], None] = lambda seconds: None
     query_encoder: object | None = None  # e.g. a LookupEncoder (inference-free queries); None: `encoder`
-    document_winners: WinnersCache = field(default_factory=lambda: WinnersCache(EXPLAIN_CACHE))  # for /explain
+    document_winners: WinnersCache = field(default_factory=lambda: WinnersCache(ServeSettings.explain_cache))  # for /explain
     _write_lock: threading.Lock = field(default_factory=threading.Lock)
     _pending: list[Document] = field(default_factory=list)
     _pending_deletes: int = 0
@@ -195,14 +196,12 @@ class SearchService:
             raise ServiceError(404, f"doc_id {doc_id!r} is not in the index")
         searcher = self.searcher(snapshot)
         resolved = searcher.resolve(options)
-        text = text[:self._max_query_chars()]
-        query_tokens, raw = query_winners(self.encoder, text)
-        encoder = self.query_encoder
-        if hasattr(encoder, "given") and encoder.wraps(self.encoder):  # batching.PreEncoded: one pass serves both
-            with encoder.given({text: raw}):
-                query = searcher.encode([Query("q", text)], options)
-        else:  # another query encoder (lookup table, student) scores the query
-            query = searcher.encode([Query("q", text)], options)
+        cut = text[:self._max_query_chars()]
+        query_tokens, raw = query_winners(self.encoder, cut)
+        encoder = self.query_encoder  # batching.PreEncoded under the app: the one pass then scores the query too;
+        one_pass = hasattr(encoder, "given") and encoder.wraps(self.encoder)  # a lookup or student encodes its own
+        with encoder.given({cut: raw}) if one_pass else contextlib.nullcontext():
+            query = searcher.encode([Query("q", cut)], options)
         # kernel_scoring: with idf, binary scoring counts the quantized query weights, as /search does
         shared = dim_contributions(snapshot.index, query, number, resolved.bucket_weights, resolved.kernel_scoring,
                                    resolved.length_norm)
