@@ -58,3 +58,10 @@ def test_a_quickstart_naming_its_systems_by_their_options_renders_the_same(tmp_p
         file.write_text(file.read_text().replace('"uhd-binary', '"uhd-binary-norm')
                         .replace('"uhd-weighted', '"uhd-weighted-norm'))
     assert render_all(Results(results), write=False) == {}
+
+
+def test_the_book_knows_the_compact_presets_head():
+    from benchmarks.book.tables.training import COMPACT_DIM
+    from uhdsearch.recipes.presets import PRESETS
+
+    assert COMPACT_DIM == PRESETS["compact"].dim

@@ -247,7 +247,7 @@ def test_train_starts_from_a_preset_and_options_override_only_what_is_given(
 def test_unknown_preset(tmp_path: Path, scifact_mini_dir: Path, tiny_backbone_dir: Path, capsys) -> None:
     code, out, err = run_cli(capsys, ["train", "--data", str(scifact_mini_dir), "--out", str(tmp_path / "m"),
                                    "--backbone", str(tiny_backbone_dir), "--preset", "huge"])
-    assert_user_error(code, out, err, "unknown preset 'huge'", "quickstart, fast, paper")
+    assert_user_error(code, out, err, "unknown preset 'huge'", "quickstart, compact, fast, paper")
     assert not (tmp_path / "m").exists()
 
 

@@ -57,6 +57,14 @@ def test_paper_preset_is_the_papers_a1() -> None:
     assert (paper.ict_per_document, paper.center, paper.eval_every, paper.max_minutes) == (0, False, None, None)
 
 
+def test_compact_is_the_quickstart_with_half_the_head_and_fewer_checks() -> None:
+    compact, quickstart = PRESETS["compact"], PRESETS["quickstart"]
+    assert (compact.dim, compact.eval_every) == (16_384, 100)
+    assert compact.encoder == quickstart.encoder.replace(dim=16_384)
+    assert compact.training == dataclasses.replace(quickstart.training, eval_every=100)
+    assert dataclasses.replace(compact, dim=32_768, eval_every=50) == quickstart
+
+
 def test_flat_settings_change_one_part_and_leave_the_preset_alone() -> None:
     recipe = preset("quickstart", dim=1024, wta_k=8, max_train_minutes=0.5, hard_negative_depth=5)
     assert (recipe.encoder.dim, recipe.encoder.wta_k, recipe.training.max_minutes) == (1024, 8, 0.5)
@@ -77,7 +85,7 @@ def test_bad_settings_are_refused() -> None:
         Recipe(dim=64, wta_k=100)
     with pytest.raises(ValueError, match="dev_share"):
         Recipe(dev_share=1.0)
-    with pytest.raises(ValueError, match="unknown preset 'nope'; choose one of quickstart, fast, paper"):
+    with pytest.raises(ValueError, match="unknown preset 'nope'; choose one of quickstart, compact, fast, paper"):
         preset("nope")
     with pytest.raises(AttributeError, match="bogus"):
         Recipe().bogus  # noqa: B018

@@ -60,7 +60,8 @@ def quickstart(
     split: str = typer.Option("test", "--split", help="qrels split to evaluate on."),
     fast: bool = typer.Option(False, "--fast", help="Smoke run in under 3 minutes (small corpus and model)."),
     preset: Optional[str] = typer.Option(None, "--preset", help="Training preset: quickstart (default; fast with "
-                                         "--fast), fast or paper."),
+                                         "--fast), compact (half the head: faster without bfloat16 hardware), "
+                                         "fast or paper."),
     backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out as a whole (swapped in at the end: "
                                    "a kill leaves it old or new)."),
@@ -89,8 +90,8 @@ def train(
     out: Path = typer.Option(..., "--out", help="Model directory to write."),
     split: Optional[str] = typer.Option("train", "--split", help="qrels split with training pairs ('' = ICT only)."),
     backbone: Optional[Path] = typer.Option(None, "--backbone", help="Local Hugging Face BERT directory."),
-    preset: str = typer.Option("quickstart", "--preset", help="Settings to start from: quickstart, fast or paper "
-                               "(uhdsearch.recipes.presets); the options below override them."),
+    preset: str = typer.Option("quickstart", "--preset", help="Settings to start from: quickstart, compact, fast or "
+                               "paper (uhdsearch.recipes.presets); the options below override them."),
     dim: Optional[int] = typer.Option(None, "--dim"),
     wta_k: Optional[int] = typer.Option(None, "--wta-k"),
     query_k: Optional[int] = typer.Option(None, "--query-k", help="Query truncation (Table 4); 0 keeps every "
