@@ -31,7 +31,7 @@ def test_results_json_has_the_documented_shape(quickstart_out, scifact_mini_dir)
         assert all(0.0 <= v <= 1.0 for v in scores.values())
     assert set(on_disk["seconds"]) == {"train", "index", "search_ms_per_query"}
     assert on_disk["seconds"]["search_ms_per_query"] > 0
-    assert on_disk["config"]["training_steps"] > 0
+    assert 0 < on_disk["config"]["training_steps"] <= on_disk["config"]["training_planned_steps"]
     recipe = on_disk["config"]["recipe"]
     assert (recipe["encoder"]["dim"], recipe["encoder"]["bucket_layers"], recipe["training"]["max_minutes"]) == (
         1024, [1, 2], 1.0)
@@ -82,3 +82,13 @@ def test_the_output_directory_is_one_unit(quickstart_out):
     assert sorted(p.name for p in out.iterdir()) == ["extra_results.json", "index-binary", "index-planes",
                                                     "index-weighted", "model", "results.json", "runs"]
     assert [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")] == []
+
+
+def test_the_model_card_says_when_the_time_budget_cut_training(mini_data):
+    from uhdsearch.recipes.quickstart import _model_card
+    from uhdsearch.training.trainer import TrainingResult
+
+    cut = TrainingResult(steps=366, planned_steps=450, out_of_time=True, seconds=1200.0)
+    assert "Steps: 366 of 450 (the 20-minute budget ran out)" in _model_card(mini_data, Recipe(), cut)
+    whole = TrainingResult(steps=450, planned_steps=450, seconds=700.0)
+    assert "Steps: 450; seconds: 700" in _model_card(mini_data, Recipe(), whole)

@@ -133,3 +133,13 @@ def test_document_tokens_trains_on_each_documents_first_tokens(tiny_encoder, tin
     with pytest.raises(UsageError, match="document_tokens"):
         train(models[0], docs, pairs, TrainingArgs(**base, document_tokens=12, train_backbone_layers=-1),
               show_progress=False)
+
+
+def test_a_time_budget_that_runs_out_is_said_and_recorded(tiny_encoder, setup, capsys):
+    docs, pairs, _, _ = setup
+    full = train(tiny_encoder, docs, pairs, TrainingArgs(epochs=1, batch_size=8), show_progress=False)
+    assert (full.steps, full.out_of_time) == (full.planned_steps, False) and full.planned_steps > 1
+    assert "budget" not in capsys.readouterr().err
+    cut = train(tiny_encoder, docs, pairs, TrainingArgs(epochs=1, batch_size=8, max_minutes=1e-9), show_progress=False)
+    assert (cut.steps, cut.planned_steps, cut.out_of_time) == (1, full.planned_steps, True)
+    assert f"training stopped at step 1 of {full.planned_steps}: its 1e-09-minute budget" in capsys.readouterr().err

@@ -142,6 +142,7 @@ def run_quickstart(
             "n_documents": len(documents),
             "training_pairs": n_pairs,
             "training_steps": trained.steps,
+            "training_planned_steps": trained.planned_steps,  # more than training_steps: max_minutes ran out
             "best_dev_step": trained.best_step,
             "dev_selection": {k: v for k, v in trained.selection.items() if k != "tried"},
             "active_dims_per_document": float(encoded.active_per_row().sum(axis=1).mean()),
@@ -283,7 +284,9 @@ def _model_card(data: BeirData, recipe: Recipe, trained: TrainingResult) -> str:
     chosen = trained.selection
     then = (f" Then, on the same dev split, the {chosen['head']} head with queries cut at {chosen['query_max_length']}"
             f" tokens was kept (dev nDCG@10 {chosen['dev']:.4f})." if chosen else "")
-    lines += ["", f"Steps: {trained.steps}; seconds: {trained.seconds:.0f}{kept}.{then}",
+    steps = f"{trained.steps}" + (f" of {trained.planned_steps} (the {recipe.training.max_minutes:g}-minute budget "
+                                  "ran out)" if trained.out_of_time else "")
+    lines += ["", f"Steps: {steps}; seconds: {trained.seconds:.0f}{kept}.{then}",
               "Metrics: see results.json beside this directory."]
     return "\n".join(lines) + "\n"
 

@@ -126,6 +126,8 @@ class TrainingResult:
     best_score: float | None = None
     selection: dict = field(default_factory=dict)  # what was chosen on dev after the loop (recipes/recipe.py)
     remined_at: list[int] = field(default_factory=list)  # steps at which the `remine` hook gave new negatives
+    planned_steps: int = 0  # the steps the epochs and max_steps ask for
+    out_of_time: bool = False  # max_minutes stopped the loop before planned_steps: the model depends on the CPU's speed
 
 
 def train(
@@ -209,7 +211,7 @@ def train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total_steps - s) / max(1, total_steps - warmup))
     )
-    result = TrainingResult()
+    result = TrainingResult(planned_steps=total_steps)
     best_state = None
     start = time.perf_counter()
     model.train()
@@ -275,11 +277,15 @@ def train(
                 model.save_pretrained(Path(args.checkpoint_dir) / f"step-{result.steps}", overwrite=True)
             minutes = (time.perf_counter() - start) / 60
             if result.steps >= total_steps or (args.max_minutes and minutes >= args.max_minutes):
+                result.out_of_time = result.steps < total_steps
                 done = True
                 break
         if done:
             break
     bar.close()
+    if result.out_of_time:  # said aloud: a slower CPU silently getting a less trained model would mislead
+        tqdm.write(f"training stopped at step {result.steps} of {total_steps}: its {args.max_minutes:g}-minute budget "
+                   "(max_minutes) ran out", file=sys.stderr)
     if eval_fn and args.eval_every:
         if result.evals[-1][0] != result.steps:
             best_state = _evaluate(model, eval_fn, result, best_state)
