@@ -214,7 +214,7 @@ def _record_training(monkeypatch) -> list:
 
     def record(model, documents, train_data, recipe, *args, **kwargs):
         seen.append((model.config, recipe, train_data is None))
-        return TrainingResult(steps=1), 7
+        return TrainingResult(steps=1, planned_steps=3), 7
 
     monkeypatch.setattr(recipe_module, "train_on_collection", record)
     return seen
@@ -222,13 +222,14 @@ def _record_training(monkeypatch) -> list:
 
 @pytest.mark.parametrize(("extra", "name", "overrides", "ict_only"), [
     ([], "quickstart", {}, False),
+    (["--preset", "compact"], "compact", {}, False),
     (["--preset", "fast", "--wta-k", "8", "--query-k", "0", "--eval-every", "0", "--bucket-layers", "1,2"],
      "fast", {"wta_k": 8, "query_k": None, "eval_every": None, "bucket_layers": (1, 2)}, False),
     (["--preset", "paper", "--dim", "1024", "--max-minutes", "2", "--split", "", "--learning-rate", "0.001",
       "--hard-negative-depth", "5"],
      "paper", {"dim": 1024, "max_minutes": 2.0, "use_train_qrels": False, "learning_rate": 1e-3,
                "hard_negative_depth": 5}, True),
-], ids=["default", "fast", "paper"])
+], ids=["default", "compact", "fast", "paper"])
 def test_train_starts_from_a_preset_and_options_override_only_what_is_given(
         extra, name, overrides, ict_only, monkeypatch, tmp_path: Path, scifact_mini_dir: Path,
         tiny_backbone_dir: Path, capsys) -> None:
@@ -238,7 +239,8 @@ def test_train_starts_from_a_preset_and_options_override_only_what_is_given(
     code, out, err = run_cli(capsys, ["train", "--data", str(scifact_mini_dir), "--out", str(tmp_path / "m"),
                                    "--backbone", str(tiny_backbone_dir), *extra])
     assert code == 0, err
-    assert json.loads(out) == {"model": str(tmp_path / "m"), "pairs": 7, "steps": 1, "seconds": 0.0}
+    assert json.loads(out) == {"model": str(tmp_path / "m"), "pairs": 7, "steps": 1, "planned_steps": 3,
+                               "seconds": 0.0}
     expected = preset(name, **overrides)  # the preset's own budget unless --max-minutes is given
     assert seen == [(expected.encoder, expected, ict_only)]
     assert json.loads((tmp_path / "m" / "uhd_config.json").read_text())["dim"] == expected.encoder.dim

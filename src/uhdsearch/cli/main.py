@@ -152,7 +152,7 @@ def train(
     result, n_pairs = train_on_collection(model, list(corpus.values()), load_train_split(data, split or None), recipe)
     model.save_pretrained(out, overwrite=overwrite)
     typer.echo(json.dumps({"model": str(out), "pairs": n_pairs, "steps": result.steps,
-                           "seconds": round(result.seconds, 1)}))
+                           "planned_steps": result.planned_steps, "seconds": round(result.seconds, 1)}))
 
 
 def _corpus_only(data: Path):
