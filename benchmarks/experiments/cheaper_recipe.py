@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -25,7 +26,7 @@ from uhdsearch.encoder.backbone import Backbone
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.encoder.states import compute_token_states
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
-from uhdsearch.io import write_json
+from uhdsearch.io import read_json, write_json
 from uhdsearch.recipes.presets import preset
 from uhdsearch.recipes.recipe import load_train_split, train_on_collection
 
@@ -42,6 +43,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", help="run the one variant of this name")
     parser.add_argument("--out", default=str(RESULT_JSON))
     args, config, settings = parse_args(parser, "cheaper_recipe", argv)
+    if args.only and args.only not in args.variants:
+        parser.error(f"--only {args.only!r}: no such variant in {config}; choose one of {', '.join(args.variants)}")
     torch.set_num_threads(args.threads)
     data_dir = bundled_dataset_dir("scifact")
     train_data = load_train_split(data_dir, "train")  # train queries and qrels: the dev split is cut from them
@@ -52,7 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     states = compute_token_states(bb, [d.full_text for d in documents], [bb.n_layers],
                                   base.encoder.document_max_length, desc="backbone documents")
     log(f"backbone over {len(documents)} documents: {time.perf_counter() - start:.0f} s")
-    rows = []
+    # --only replaces its variant's row and keeps the others; each row records the run, commit and CPU it came from
+    rows = [r for r in read_json(args.out)["variants"] if r["variant"] in args.variants] \
+        if args.only and Path(args.out).is_file() else []
     for name, fields in args.variants.items():
         if args.only and name != args.only:
             continue
@@ -66,8 +71,12 @@ def main(argv: list[str] | None = None) -> None:
                      "best_step": trained.best_step, "best_dev": trained.best_score,
                      "selection": {k: v for k, v in trained.selection.items() if k != "tried"},
                      "training_pairs": n_pairs})
+        made = record(config, settings)
+        rows[-1].update({k: made[k] for k in ("command", "git_commit", "machine")})
+        rows = [r for r in rows[:-1] if r["variant"] != name] + [rows[-1]]
         log(f"   kept step {trained.best_step}, dev {trained.best_score:.4f}, {rows[-1]['train_seconds']} s")
-        write_json(args.out, {"variants": rows, **record(config, settings)})
+        order = list(args.variants)
+        write_json(args.out, {"variants": sorted(rows, key=lambda r: order.index(r["variant"])), **made})
 
 
 if __name__ == "__main__":

@@ -60,8 +60,8 @@ def test_a_quickstart_naming_its_systems_by_their_options_renders_the_same(tmp_p
     assert render_all(Results(results), write=False) == {}
 
 
-def test_the_book_knows_the_compact_presets_head():
-    from benchmarks.book.tables.training import COMPACT_DIM
+def test_the_book_knows_the_compact_preset():
+    from benchmarks.book.tables.training import COMPACT_DIM, COMPACT_EVAL_EVERY
     from uhdsearch.recipes.presets import PRESETS
 
-    assert COMPACT_DIM == PRESETS["compact"].dim
+    assert (COMPACT_DIM, COMPACT_EVAL_EVERY) == (PRESETS["compact"].dim, PRESETS["compact"].eval_every)

@@ -240,7 +240,7 @@ def test_train_starts_from_a_preset_and_options_override_only_what_is_given(
                                    "--backbone", str(tiny_backbone_dir), *extra])
     assert code == 0, err
     assert json.loads(out) == {"model": str(tmp_path / "m"), "pairs": 7, "steps": 1, "planned_steps": 3,
-                               "seconds": 0.0}
+                               "out_of_time": False, "seconds": 0.0}
     expected = preset(name, **overrides)  # the preset's own budget unless --max-minutes is given
     assert seen == [(expected.encoder, expected, ict_only)]
     assert json.loads((tmp_path / "m" / "uhd_config.json").read_text())["dim"] == expected.encoder.dim

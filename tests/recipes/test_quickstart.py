@@ -32,6 +32,7 @@ def test_results_json_has_the_documented_shape(quickstart_out, scifact_mini_dir)
     assert set(on_disk["seconds"]) == {"train", "index", "search_ms_per_query"}
     assert on_disk["seconds"]["search_ms_per_query"] > 0
     assert 0 < on_disk["config"]["training_steps"] <= on_disk["config"]["training_planned_steps"]
+    assert on_disk["config"]["training_out_of_time"] is False  # 1-minute budget, a few seconds of training
     recipe = on_disk["config"]["recipe"]
     assert (recipe["encoder"]["dim"], recipe["encoder"]["bucket_layers"], recipe["training"]["max_minutes"]) == (
         1024, [1, 2], 1.0)

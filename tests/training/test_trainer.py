@@ -143,3 +143,7 @@ def test_a_time_budget_that_runs_out_is_said_and_recorded(tiny_encoder, setup, c
     cut = train(tiny_encoder, docs, pairs, TrainingArgs(epochs=1, batch_size=8, max_minutes=1e-9), show_progress=False)
     assert (cut.steps, cut.planned_steps, cut.out_of_time) == (1, full.planned_steps, True)
     assert f"training stopped at step 1 of {full.planned_steps}: its 1e-09-minute budget" in capsys.readouterr().err
+    last = train(tiny_encoder, docs, pairs, TrainingArgs(epochs=1, batch_size=8, max_steps=1, max_minutes=1e-9),
+                 show_progress=False)  # the budget ends at the last planned step: nothing was cut
+    assert (last.steps, last.planned_steps, last.out_of_time) == (1, 1, False)
+    assert "budget" not in capsys.readouterr().err

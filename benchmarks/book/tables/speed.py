@@ -32,16 +32,15 @@ def main_job_time(results: Results) -> Table:
         run = results(file)
         wall = run.get("wall_seconds")
         rows.append([cpu(run), run.get("machine", {}).get("wta_path", "native"),
-                     "compact" if "--preset compact" in run.get("command", "") else "quickstart",
-                     str(run["config"]["training_steps"]),
+                     f"{run['config']['recipe']['encoder']['dim']:,}", str(run["config"]["training_steps"]),
                      f"{run['seconds']['train']:,.0f}", f"{run['seconds']['index']:,.0f}",
                      "—" if wall is None else f"{wall / 60:.1f}", f4(system(run["systems"], "uhd-binary")["nDCG@10"])])
-    return Table(["CPU", "WTA path", "preset", "training steps", "training s", "indexing s", "wall minutes",
+    return Table(["CPU", "WTA path", "head dim", "training steps", "training s", "indexing s", "wall minutes",
                   "UHD-binary nDCG@10"], rows, list(files),
                  ".venv/bin/uhdsearch quickstart --out out/quickstart [--preset compact]", "in the first column",
                  ["Training stops at its 20-minute cap (`TrainingArgs.max_minutes`) where the CPU is slow; the dev "
                   "check then keeps the best step reached. Indexing seconds include the backbone's pass over the "
-                  "corpus, which training shares."])
+                  "corpus, which training shares. A 16,384-dim head is the compact preset (`--preset compact`)."])
 
 
 @table("search-speed")

@@ -152,7 +152,8 @@ def train(
     result, n_pairs = train_on_collection(model, list(corpus.values()), load_train_split(data, split or None), recipe)
     model.save_pretrained(out, overwrite=overwrite)
     typer.echo(json.dumps({"model": str(out), "pairs": n_pairs, "steps": result.steps,
-                           "planned_steps": result.planned_steps, "seconds": round(result.seconds, 1)}))
+                           "planned_steps": result.planned_steps, "out_of_time": result.out_of_time,
+                           "seconds": round(result.seconds, 1)}))
 
 
 def _corpus_only(data: Path):

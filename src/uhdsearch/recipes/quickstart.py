@@ -142,7 +142,8 @@ def run_quickstart(
             "n_documents": len(documents),
             "training_pairs": n_pairs,
             "training_steps": trained.steps,
-            "training_planned_steps": trained.planned_steps,  # more than training_steps: max_minutes ran out
+            "training_planned_steps": trained.planned_steps,  # the learning-rate schedule's length
+            "training_out_of_time": trained.out_of_time,  # max_minutes stopped it: the model depends on the CPU
             "best_dev_step": trained.best_step,
             "dev_selection": {k: v for k, v in trained.selection.items() if k != "tried"},
             "active_dims_per_document": float(encoded.active_per_row().sum(axis=1).mean()),

@@ -126,7 +126,7 @@ class TrainingResult:
     best_score: float | None = None
     selection: dict = field(default_factory=dict)  # what was chosen on dev after the loop (recipes/recipe.py)
     remined_at: list[int] = field(default_factory=list)  # steps at which the `remine` hook gave new negatives
-    planned_steps: int = 0  # the steps the epochs and max_steps ask for
+    planned_steps: int = 0  # the learning-rate schedule's length, from the epochs and max_steps
     out_of_time: bool = False  # max_minutes stopped the loop before planned_steps: the model depends on the CPU's speed
 
 
