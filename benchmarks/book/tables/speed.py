@@ -26,7 +26,8 @@ def wta_paths(results: Results) -> Table:
 
 @table("main-job-time")
 def main_job_time(results: Results) -> Table:
-    files = ("quickstart_scifact.json", "quickstart_scifact_avx2.json", "quickstart_scifact_compact_avx2.json")
+    files = ("quickstart_scifact.json", "quickstart_scifact_native.json", "quickstart_scifact_avx2.json",
+             "quickstart_scifact_compact_avx2.json")
     rows = []
     for file in files:
         run = results(file)

@@ -90,8 +90,32 @@ def cheaper_recipes(results: Results) -> Table:
                          f"{f4(evals[0][1])} → {f4(best[1])} (step {best[0]})",
                          f"{v['train_seconds']:.0f}" if name == v["variant"] else "—"])
     return Table(["recipe", "head dim", "steps", "document tokens in training", "dev checks at",
-                  "dev nDCG@10, step 0 → kept", "training s"], rows, ["quickstart_scifact_extra.json", "cheaper_recipe.json"],
+                  "dev nDCG@10, step 0 → kept", "training s"], rows,
+                 ["quickstart_scifact_extra.json", "cheaper_recipe.json"],
                  "python -m benchmarks.experiments.cheaper_recipe", cpu(run),
                  ["SciFact dev split only (10 % of the train queries); test is not read. Training seconds include "
                   "the dev checks and the head and query-length choice, natively on the CPU named here; the first "
                   "two variants shared the cores with test runs for part of their time."])
+
+
+@table("compact-check")
+def compact_check(results: Results) -> Table:
+    """The search defaults on dev for both heads, and the paired test of their test runs (issue 33)."""
+    run = results("compact_check.json")
+    alphas = run["settings"]["length_norm"]
+    rows = []
+    for name, grid in run["dev_grid"].items():
+        best = max(r["dev nDCG@10"] for r in grid)
+        for max_df in run["settings"]["max_df"]:
+            cells = {r["length_norm"]: r["dev nDCG@10"] for r in grid if r["max_df"] == max_df}
+            rows.append([name, "every dimension" if max_df >= 1.0 else f"{max_df:g}",
+                         *(bold(f4(cells[a]), cells[a] == best) for a in alphas)])
+    paired = run["test_paired"]
+    return Table(["head", "stop dimensions: max_df", *(f"length norm {a:g}" for a in alphas)], rows,
+                 ["compact_check.json"], "python -m benchmarks.experiments.compact_check", cpu(run),
+                 [f"Dev nDCG@10 of UHD-binary: the recipe's {run['dev_queries']} held-out train queries over the whole "
+                  "corpus; the search defaults are max_df 0.3 and length norm 0.3; each head's best in bold. On the "
+                  f"{paired['queries']} test queries, already reported, compact (held to AVX2) minus the quickstart "
+                  "(natively) is "
+                  f"{signed(paired['difference'])} (paired t-test p = {paired['p']:.2f}; compact better on "
+                  f"{paired['compact_better']} queries, worse on {paired['quickstart_better']})."])
