@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> None:
                                   base.encoder.document_max_length, desc="backbone documents")
     log(f"backbone over {len(documents)} documents: {time.perf_counter() - start:.0f} s")
     # --only replaces its variant's row and keeps the others; each row records the run, commit and CPU it came from
-    rows = [r for r in read_json(args.out)["variants"] if r["variant"] in args.variants] \
-        if args.only and Path(args.out).is_file() else []
+    kept = read_json(args.out)["variants"] if args.only and Path(args.out).is_file() else []
+    rows = {r["variant"]: r for r in kept if r["variant"] in args.variants}
     for name, fields in args.variants.items():
         if args.only and name != args.only:
             continue
@@ -66,17 +66,14 @@ def main(argv: list[str] | None = None) -> None:
         log(f"== {name}")
         start = time.perf_counter()
         trained, n_pairs = train_on_collection(model, documents, train_data, recipe, states)
-        rows.append({"variant": name, "fields": fields, "steps": trained.steps,
-                     "train_seconds": round(time.perf_counter() - start, 1), "dev_evals": trained.evals,
-                     "best_step": trained.best_step, "best_dev": trained.best_score,
-                     "selection": {k: v for k, v in trained.selection.items() if k != "tried"},
-                     "training_pairs": n_pairs})
         made = record(config, settings)
-        rows[-1].update({k: made[k] for k in ("command", "git_commit", "machine")})
-        rows = [r for r in rows[:-1] if r["variant"] != name] + [rows[-1]]
-        log(f"   kept step {trained.best_step}, dev {trained.best_score:.4f}, {rows[-1]['train_seconds']} s")
-        order = list(args.variants)
-        write_json(args.out, {"variants": sorted(rows, key=lambda r: order.index(r["variant"])), **made})
+        rows[name] = {"variant": name, "fields": fields, "steps": trained.steps,
+                      "train_seconds": round(time.perf_counter() - start, 1), "dev_evals": trained.evals,
+                      "best_step": trained.best_step, "best_dev": trained.best_score,
+                      "selection": {k: v for k, v in trained.selection.items() if k != "tried"},
+                      "training_pairs": n_pairs, **{k: made[k] for k in ("command", "git_commit", "machine")}}
+        log(f"   kept step {trained.best_step}, dev {trained.best_score:.4f}, {rows[name]['train_seconds']} s")
+        write_json(args.out, {"variants": [rows[n] for n in args.variants if n in rows], **made})
 
 
 if __name__ == "__main__":

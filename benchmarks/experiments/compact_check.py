@@ -18,11 +18,11 @@ import itertools
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from benchmarks.lib.settings import RESULTS, comma_list, parse_args, record
 from uhdsearch.encoder.model import UHDEncoder
 from uhdsearch.evaluation.datasets import bundled_dataset_dir, load_beir
+from uhdsearch.evaluation.experiment import paired_ttest
 from uhdsearch.evaluation.metrics import evaluate, per_query
 from uhdsearch.index import open_index
 from uhdsearch.io import write_json
@@ -38,11 +38,9 @@ def paired_test(compact: Path, quickstart: Path, qrels) -> dict:
     """Per-query nDCG@10 of the two runs, compared pairwise (two-sided t-test)."""
     a, b = (per_query(load_run(root / RUN), qrels, ["nDCG@10"])["nDCG@10"] for root in (compact, quickstart))
     x, y = np.array([a[q] for q in a]), np.array([b[q] for q in a])
-    t = stats.ttest_rel(x, y)
     return {"queries": len(x), "compact": round(float(x.mean()), 4), "quickstart": round(float(y.mean()), 4),
-            "difference": round(float((x - y).mean()), 4), "t": round(float(t.statistic), 3),
-            "p": round(float(t.pvalue), 3), "compact_better": int((x > y).sum()),
-            "quickstart_better": int((x < y).sum())}
+            "difference": round(float((x - y).mean()), 4), "p": round(paired_ttest(a, b), 3),
+            "compact_better": int((x > y).sum()), "quickstart_better": int((x < y).sum())}
 
 
 def dev_grid(root: Path, queries, qrels, max_dfs, alphas) -> list[dict]:

@@ -93,7 +93,8 @@ class SearchService:
     typical: TypicalTokens | None = None
     on_encode: Callable[[float], None] = lambda seconds: None
     query_encoder: object | None = None  # e.g. a LookupEncoder (inference-free queries); None: `encoder`
-    document_winners: WinnersCache = field(default_factory=lambda: WinnersCache(ServeSettings.explain_cache))  # for /explain
+    # for /explain: the token winners of the documents asked about last
+    document_winners: WinnersCache = field(default_factory=lambda: WinnersCache(ServeSettings.explain_cache))
     _write_lock: threading.Lock = field(default_factory=threading.Lock)
     _pending: list[Document] = field(default_factory=list)
     _pending_deletes: int = 0
