@@ -79,7 +79,8 @@ def test_paths_agree_on_real_minilm_states(path, scifact_mini_dir):
 def test_an_index_from_one_path_answers_queries_from_the_other(path, tiny_backbone_dir, tiny_config, mini_data):
     """Documents encoded on the emulated path, queries on the native one (and back): the same top 10."""
     model = UHDEncoder.new(tiny_backbone_dir, tiny_config.replace(wta_dtype="bfloat16")).eval()
-    docs = list(mini_data.corpus.values())
+    # 150 of the 400: without bfloat16 hardware the native path is ~180x slower than float32 (a minute for all)
+    docs = list(mini_data.corpus.values())[:150]
     texts, doc_ids = [d.full_text for d in docs], [d.doc_id for d in docs]
     queries = mini_data.queries
     indexes = {}

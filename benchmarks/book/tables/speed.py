@@ -7,7 +7,8 @@ from ..sources import Results, bold, cpu, f4, ms, ratio, system
 
 @table("wta-paths")
 def wta_paths(results: Results) -> Table:
-    runs = [results("wta_paths.json"), results("wta_paths_avx2.json")]
+    files = ["wta_paths.json", "wta_paths_avx2.json", "wta_paths_avx2_only.json"]
+    runs = [results(file) for file in files]
     columns = [{row["computation"]: row for row in run["encoding"]} for run in runs]
     rows = []
     for computation in columns[0]:
@@ -17,23 +18,30 @@ def wta_paths(results: Results) -> Table:
             taken = computation == f"bfloat16 {run['machine']['wta_path']}"
             cells.append(bold(f"{ms(row['ms_per_document'])} ({ratio(row['x_float32'])})", taken))
         rows.append([computation, *cells])
-    return Table(["ms per document (x float32)", *(f"capability {r['machine']['cpu_capability']}" for r in runs)],
-                 rows, ["wta_paths.json", "wta_paths_avx2.json"], "python -m benchmarks.speed.wta_paths",
+    return Table(["ms per document (x float32)", *(_capability(r) for r in runs)],
+                 rows, files, "python -m benchmarks.speed.wta_paths",
                  "; ".join(cpu(r) for r in runs),
                  ["The quickstart head (dim 32,768, wta_k 40) on 256-token SciFact documents, medians. In bold, the "
                   "path each CPU takes by default (`uhdsearch info` prints it; `UHDSEARCH_WTA_PATH` forces one)."])
 
 
+def _capability(run: dict) -> str:
+    machine = run["machine"]
+    held = machine.get("held_to") or "avx512f" in machine.get("cpu_flags", [])
+    return f"capability {machine['cpu_capability']}" + (" (held)" if held and machine["cpu_capability"] == "AVX2"
+                                                         else "")
+
+
 @table("main-job-time")
 def main_job_time(results: Results) -> Table:
     files = ("quickstart_scifact.json", "quickstart_scifact_native.json", "quickstart_scifact_avx2.json",
-             "quickstart_scifact_compact_avx2.json")
+             "quickstart_scifact_compact_avx2.json", "quickstart_scifact_avx2_only.json")
     rows = []
     for file in files:
         run = results(file)
         wall = run.get("wall_seconds")
         rows.append([cpu(run), run.get("machine", {}).get("wta_path", "native"),
-                     f"{run['config']['recipe']['encoder']['dim']:,}", str(run["config"]["training_steps"]),
+                     f"{run['config']['recipe']['encoder']['dim']:,}", _steps(run["config"]),
                      f"{run['seconds']['train']:,.0f}", f"{run['seconds']['index']:,.0f}",
                      "—" if wall is None else f"{wall / 60:.1f}", f4(system(run["systems"], "uhd-binary")["nDCG@10"])])
     return Table(["CPU", "WTA path", "head dim", "training steps", "training s", "indexing s", "wall minutes",
@@ -42,6 +50,28 @@ def main_job_time(results: Results) -> Table:
                  ["Training stops at its 20-minute cap (`TrainingArgs.max_minutes`) where the CPU is slow; the dev "
                   "check then keeps the best step reached. Indexing seconds include the backbone's pass over the "
                   "corpus, which training shares. A 16,384-dim head is the compact preset (`--preset compact`)."])
+
+
+def _steps(config: dict) -> str:
+    if config.get("training_out_of_time"):
+        return f"{config['training_steps']} of {config['training_planned_steps']}"
+    return str(config["training_steps"])
+
+
+@table("ci-time")
+def ci_time(results: Results) -> Table:
+    runs = results("ci_time.json")["runs"]
+
+    def minutes(seconds: float | None) -> str:
+        return "—" if seconds is None else f"{seconds / 60:.1f}"
+
+    rows = [[cpu(run), run["commit"], minutes(run["seconds"]["total"]), minutes(run["seconds"]["quickstart_fast"]),
+             minutes(run["seconds"]["tests"]), minutes(run["seconds"]["slow_tests"]), run["tests"]] for run in runs]
+    return Table(["CPU", "commit", "total min", "quickstart --fast min", "test command min", "slow tests min",
+                  "tests"], rows, ["ci_time.json"], "bash .ci/run (in a fresh clone)", "in the first column",
+                 ["Install, `uhdsearch info`, the smoke run, the test suite, the docs build and the slow tests, on "
+                  "2 cores; the rest of the total is the install and the docs build. CI's budget is 30 minutes. "
+                  "The AVX2-only run's slow tests shared the cores with one test file for their last 3 minutes."])
 
 
 @table("search-speed")
