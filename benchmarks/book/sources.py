@@ -58,13 +58,18 @@ def bold(cell: str, when: bool = True) -> str:
     return f"**{cell}**" if when else cell
 
 
+def held_to_avx2(machine: dict) -> bool:
+    """Whether a `machine` record is a CPU with more than AVX2 held to it by environment variables."""
+    return bool(machine.get("held_to")) or (machine["cpu_capability"] == "AVX2"
+                                            and "avx512f" in machine.get("cpu_flags", []))
+
+
 def cpu(record: dict | None, fallback: str = UNRECORDED_CPU) -> str:
     """The CPU of a result, from its `machine` record (benchmarks' settings.record, uhdsearch.encoder.machine)."""
     machine = (record or {}).get("machine")
     if isinstance(machine, dict) and machine.get("cpu_model"):
         text = f"{machine['cpu_model']}, {machine.get('cpu_count', '?')} cores, capability {machine['cpu_capability']}"
-        if machine.get("held_to") or (machine["cpu_capability"] == "AVX2"
-                                      and "avx512f" in machine.get("cpu_flags", [])):
+        if held_to_avx2(machine):
             text += " (held to AVX2 by environment variables; the CPU has AVX512-BF16)"
         text += f"; bfloat16 hardware: {'yes' if machine.get('native_bfloat16') else 'no'}"
         return text

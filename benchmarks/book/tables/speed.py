@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..render import Table, table
-from ..sources import Results, bold, cpu, f4, ms, ratio, system
+from ..sources import Results, bold, cpu, f4, held_to_avx2, ms, ratio, system
 
 
 @table("wta-paths")
@@ -26,10 +26,7 @@ def wta_paths(results: Results) -> Table:
 
 
 def _capability(run: dict) -> str:
-    machine = run["machine"]
-    held = machine.get("held_to") or "avx512f" in machine.get("cpu_flags", [])
-    return f"capability {machine['cpu_capability']}" + (" (held)" if held and machine["cpu_capability"] == "AVX2"
-                                                         else "")
+    return f"capability {run['machine']['cpu_capability']}" + (" (held)" if held_to_avx2(run["machine"]) else "")
 
 
 @table("main-job-time")
